@@ -1,0 +1,99 @@
+"""Command line: `python -m service serve|index|status` (also the `search-service` script)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from service.settings import Settings, SettingsError
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    if args.port is not None:
+        env["SEARCH_PORT"] = str(args.port)
+    if args.host is not None:
+        env["SEARCH_HOST"] = args.host
+    if args.data_dir is not None:
+        env["SEARCH_DATA_DIR"] = args.data_dir
+    settings = Settings.from_mapping(env)
+    _configure_logging(settings.log_level)
+    from service.server import serve
+
+    def ready(app: object) -> None:
+        print(f"search service listening on {getattr(app, 'address', '?')}", flush=True)
+
+    return asyncio.run(serve(settings, ready=ready))
+
+
+def _cmd_client(args: argparse.Namespace) -> int:
+    from service.cli_client import run_client_command
+
+    return asyncio.run(run_client_command(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="search-service", description="gRPC search microservice (workspace + project search)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve",
+        help="run the server (default: SQLite in ./data, local model, 127.0.0.1:50051)",
+        description="Run the gRPC server. Settings come from SEARCH_* environment variables.",
+    )
+    serve.add_argument("--host", help="address to bind (overrides SEARCH_HOST)")
+    serve.add_argument("--port", type=int, help="port, 0 for any free port (SEARCH_PORT)")
+    serve.add_argument("--data-dir", help="data directory (SEARCH_DATA_DIR)")
+    serve.set_defaults(func=_cmd_serve)
+
+    index = sub.add_parser(
+        "index",
+        help="index a folder of Markdown/text files into a project of a running server",
+        description="Index *.md and *.txt files under FOLDER into PROJECT (created if missing).",
+    )
+    index.add_argument("folder")
+    index.add_argument("--project", required=True, help="project external id")
+    index.add_argument("--target", default="127.0.0.1:50051", help="server address")
+    index.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
+    index.set_defaults(func=_cmd_client, client_command="index")
+
+    status = sub.add_parser(
+        "status",
+        help="print index status of a running server",
+        description="Print documents and chunk vectors per project.",
+    )
+    status.add_argument("--target", default="127.0.0.1:50051", help="server address")
+    status.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
+    status.set_defaults(func=_cmd_client, client_command="status")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except SettingsError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""IndexService servicer: projects and documents."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from service import context as request_context
+from service.api.convert_index import (
+    document_from_proto,
+    identity_to_proto,
+    project_to_proto,
+    result_to_proto,
+    status_to_proto,
+)
+from service.api.wire import Undecodable
+from service.embeddings.base import EmbeddingIdentity
+from service.errors import FieldViolation, InvalidArgument, NotFound, ServiceError
+from service.indexing.documents import IncomingDocument
+from service.indexing.pipeline import DocumentResult, Indexer
+from service.pb.search.v1 import index_pb2 as pb
+from service.pb.search.v1 import index_pb2_grpc as pb_grpc
+from service.ranking.tokens import TokenSigner, fingerprint
+from service.store.base import Store
+
+_EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+MAX_DOCS_PER_MESSAGE = 500
+MAX_KEYS = 1000
+MAX_STATUS_PROJECTS = 1000
+
+
+class IndexServicer(pb_grpc.IndexServiceServicer):
+    """Projects, document upserts and deletes, index status."""
+
+    def __init__(
+        self, store: Store, indexer: Indexer, signer: TokenSigner,
+        identity: EmbeddingIdentity | None,
+    ) -> None:
+        self._store = store
+        self._indexer = indexer
+        self._signer = signer
+        self._identity = identity
+
+    async def CreateProject(self, request: pb.CreateProjectRequest, context: Any) -> pb.CreateProjectResponse:  # noqa: N802
+        """See the proto."""
+        external_id = request.external_id or str(uuid.uuid4())
+        if not _EXTERNAL_ID.match(external_id):
+            raise InvalidArgument.field("external_id", "1..200 characters of [A-Za-z0-9._:-]")
+        if len(request.name) > 200:
+            raise InvalidArgument.field("name", "at most 200 characters")
+        tenant = request_context.current().tenant
+        project = await self._store.create_project(tenant, external_id, request.name)
+        return pb.CreateProjectResponse(project=project_to_proto(project))
+
+    async def ListProjects(self, request: pb.ListProjectsRequest, context: Any) -> pb.ListProjectsResponse:  # noqa: N802
+        """See the proto."""
+        if not 0 <= request.page_size <= 1000:
+            raise InvalidArgument.field("page_size", "must be 1..1000 (0 = 100)")
+        size = request.page_size or 100
+        tenant = request_context.current().tenant
+        binding = fingerprint("list-projects", tenant)
+        after = 0
+        if request.page_token:
+            state = self._signer.verify(request.page_token, "projects", binding, field="page_token")
+            after = int(state.get("after", 0))
+        rows = await self._store.list_projects(tenant, after, size + 1)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = self._signer.sign("projects", binding, {"after": rows[-1].project_id})
+        return pb.ListProjectsResponse(
+            projects=[project_to_proto(p) for p in rows], next_page_token=token
+        )
+
+    async def DeleteProject(self, request: pb.DeleteProjectRequest, context: Any) -> pb.DeleteProjectResponse:  # noqa: N802
+        """See the proto."""
+        if request.project_id <= 0:
+            raise InvalidArgument.field("project_id", "must be positive")
+        tenant = request_context.current().tenant
+        deleted = await self._store.delete_project(tenant, request.project_id)
+        if deleted is None:
+            raise _project_not_found(request.project_id)
+        return pb.DeleteProjectResponse(documents_deleted=deleted)
+
+    async def UpsertDocuments(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.UpsertDocumentsRequest | Undecodable], context: Any
+    ) -> pb.UpsertDocumentsResponse:
+        """See the proto."""
+        tenant = request_context.current().tenant
+        reply = pb.UpsertDocumentsResponse()
+        owned: dict[int, bool] = {}
+        index = 0
+        message_number = 0
+        async for message in request_iterator:
+            field = f"messages[{message_number}]"
+            message_number += 1
+            if isinstance(message, Undecodable):
+                reply.results.append(pb.DocumentResult(
+                    index=index, outcome=pb.DOCUMENT_OUTCOME_REJECTED,
+                    field=f"{field}.{message.field}", message=message.description,
+                ))
+                reply.documents_received += 1
+                reply.documents_rejected += 1
+                index += 1
+                continue
+            results = await self._upsert_message(tenant, message, index, field, owned, reply)
+            index += len(message.documents)
+            for r in results:
+                reply.results.append(result_to_proto(r))
+                _count(reply, r)
+        return reply
+
+    async def _upsert_message(
+        self, tenant: str, message: pb.UpsertDocumentsRequest, first: int, field: str,
+        owned: dict[int, bool], reply: pb.UpsertDocumentsResponse,
+    ) -> list[DocumentResult]:
+        count = len(message.documents)
+        reply.documents_received += count
+        problem = None
+        if len(message.documents) > MAX_DOCS_PER_MESSAGE:
+            problem = FieldViolation(f"{field}.documents", f"at most {MAX_DOCS_PER_MESSAGE} per message")
+        elif not await self._owns(tenant, message.project_id, owned):
+            problem = FieldViolation(f"{field}.project_id", "project not found")
+        if problem is not None:
+            return [DocumentResult(first + i, d.kind, d.row_id, None, problem)
+                    for i, d in enumerate(message.documents)]
+        incoming: list[tuple[int, IncomingDocument]] = []
+        rejected: list[DocumentResult] = []
+        for i, doc in enumerate(message.documents):
+            try:
+                incoming.append((first + i, document_from_proto(doc, f"{field}.documents[{i}]")))
+            except ServiceError as error:
+                violation = error.violations[0] if error.violations else FieldViolation(field, error.message)
+                rejected.append(DocumentResult(first + i, doc.kind, doc.row_id, None, violation))
+        report = await self._indexer.upsert(message.project_id, incoming, field)
+        reply.chunks_written += report.chunks_written
+        reply.chunks_embedded += report.chunks_embedded
+        return sorted([*report.results, *rejected], key=lambda r: r.index)
+
+    async def _owns(self, tenant: str, project_id: int, owned: dict[int, bool]) -> bool:
+        if project_id <= 0:
+            return False
+        if project_id not in owned:
+            owned[project_id] = bool(await self._store.get_projects(tenant, [project_id]))
+        return owned[project_id]
+
+    async def DeleteDocuments(self, request: pb.DeleteDocumentsRequest, context: Any) -> pb.DeleteDocumentsResponse:  # noqa: N802
+        """See the proto."""
+        if len(request.keys) > MAX_KEYS:
+            raise InvalidArgument.field("keys", f"at most {MAX_KEYS} keys")
+        for i, key in enumerate(request.keys):
+            if not key.kind or not key.row_id:
+                raise InvalidArgument.field(f"keys[{i}]", "kind and row_id are required")
+        tenant = request_context.current().tenant
+        if request.project_id <= 0 or not await self._store.get_projects(tenant, [request.project_id]):
+            raise _project_not_found(request.project_id)
+        deleted = await self._store.delete_documents(
+            request.project_id, [(k.kind, k.row_id) for k in request.keys]
+        )
+        return pb.DeleteDocumentsResponse(documents_deleted=deleted)
+
+    async def GetIndexStatus(self, request: pb.GetIndexStatusRequest, context: Any) -> pb.GetIndexStatusResponse:  # noqa: N802
+        """See the proto."""
+        ids = sorted(set(request.project_ids))
+        if len(ids) > MAX_STATUS_PROJECTS:
+            raise InvalidArgument.field("project_ids", f"at most {MAX_STATUS_PROJECTS} projects")
+        tenant = request_context.current().tenant
+        if ids:
+            found = {p.project_id for p in await self._store.get_projects(tenant, ids)}
+            missing = [i for i in ids if i not in found]
+            if missing:
+                raise _project_not_found(missing[0])
+        statuses = await self._store.index_status(tenant, ids, self._identity)
+        return pb.GetIndexStatusResponse(
+            projects=[status_to_proto(s, self._identity) for s in statuses],
+            configured_embedding=identity_to_proto(self._identity),
+            vector_search_available=self._store.capabilities.vector_search,
+        )
+
+
+def _project_not_found(project_id: int) -> NotFound:
+    return NotFound(
+        f"project {project_id} not found", reason="PROJECT_NOT_FOUND",
+        metadata={"projectId": str(project_id)},
+    )
+
+
+def _count(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:
+    if r.outcome is None:
+        reply.documents_rejected += 1
+    elif r.outcome.value == "created":
+        reply.documents_created += 1
+    elif r.outcome.value == "updated":
+        reply.documents_updated += 1
+    else:
+        reply.documents_unchanged += 1

@@ -1,0 +1,204 @@
+"""The one server interceptor: request context, auth, limits, error translation, access log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from service import context as request_context
+from service.api.wire import Undecodable, lenient
+from service.api.status import abort, internal_status, to_rpc_status
+from service.auth import Authenticator
+from service.errors import ResourceExhausted, ServiceError
+
+log = logging.getLogger("search.access")
+errors_log = logging.getLogger("search.errors")
+
+Handler = grpc.RpcMethodHandler
+Ctx = grpc.aio.ServicerContext[Any, Any]
+_MAX_REQUEST_ID = 128
+
+
+def _request_descriptor(handler: Handler) -> Any:
+    """The request message descriptor behind a generated `Message.FromString` deserializer."""
+    owner = getattr(handler.request_deserializer, "__self__", None)
+    return getattr(owner, "DESCRIPTOR", None)
+
+
+class CallObserver:
+    """Receives one record per finished call (metrics hook); default does nothing."""
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        """Record a finished call."""
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps every handler; servicers just raise `service.errors` exceptions."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        max_concurrent_calls: int,
+        observer: CallObserver | None = None,
+    ) -> None:
+        self._auth = authenticator
+        self._max_calls = max_concurrent_calls
+        self._active = 0
+        self._observer = observer or CallObserver()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        parse = lenient(handler.request_deserializer, _request_descriptor(handler))
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(method, handler.unary_unary),
+                parse,
+                handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(method, handler.unary_stream),
+                parse,
+                handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap_unary(method, handler.stream_unary),
+                parse,
+                handler.response_serializer,
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            self._wrap_stream(method, handler.stream_stream),
+            parse,
+            handler.response_serializer,
+        )
+
+    def _wrap_unary(self, method: str, behavior: Any) -> Any:
+        async def wrapper(request: Any, context: Ctx) -> Any:
+            call = _Call(self, method, context)
+            async with call:
+                if isinstance(request, Undecodable):
+                    raise request.error()
+                return await behavior(request, context)
+            return None  # reached only when the call was aborted with a status
+
+        return wrapper
+
+    def _wrap_stream(self, method: str, behavior: Any) -> Any:
+        async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
+            call = _Call(self, method, context)
+            async with call:
+                if isinstance(request, Undecodable):
+                    raise request.error()
+                async for item in behavior(request, context):
+                    yield item
+
+        return wrapper
+
+
+class _Call:
+    """The lifetime of one call: enter binds context and checks auth/limits; exit logs."""
+
+    def __init__(self, owner: ServiceInterceptor, method: str, context: Ctx) -> None:
+        self.owner, self.method, self.context = owner, method, context
+        self.code = "OK"
+        self.started = time.perf_counter()
+        self.token: Any = None
+        self.counted = False
+
+    async def __aenter__(self) -> _Call:
+        metadata = {k: v for k, v in (self.context.invocation_metadata() or ()) if isinstance(v, str)}
+        request_id = metadata.get("x-request-id", "")[:_MAX_REQUEST_ID] or uuid.uuid4().hex
+        remaining = self.context.time_remaining()
+        deadline = None if remaining is None else asyncio.get_running_loop().time() + remaining
+        ctx = request_context.RequestContext(request_id=request_id, method=self.method, deadline=deadline)
+        self.token = request_context.bind(ctx)
+        await self.context.send_initial_metadata((("x-request-id", request_id),))
+        try:
+            principal = self.owner._auth.authenticate(self.method, metadata)
+            self.token = self._rebind(ctx, principal.tenant, principal.role)
+            if self.owner._active >= self.owner._max_calls:
+                raise ResourceExhausted(
+                    "too many concurrent calls; retry with backoff",
+                    reason="CONCURRENT_CALLS_LIMIT",
+                    metadata={"limit": str(self.owner._max_calls)},
+                )
+        except ServiceError as error:
+            await self._fail(error)
+        self.owner._active += 1
+        self.counted = True
+        return self
+
+    def _rebind(self, ctx: request_context.RequestContext, tenant: str, role: str) -> Any:
+        request_context.reset(self.token)
+        return request_context.bind(
+            request_context.RequestContext(
+                request_id=ctx.request_id, method=ctx.method, tenant=tenant, role=role,
+                deadline=ctx.deadline,
+            )
+        )
+
+    async def _fail(self, error: ServiceError) -> None:
+        self.code = error.code.name
+        self._finish()
+        await abort(self.context, to_rpc_status(error))
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            if exc is None:
+                return False
+            if isinstance(exc, grpc.aio.AbortError):
+                return False
+            if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+                self.code = "CANCELLED"
+                return False
+            if isinstance(exc, ServiceError):
+                self.code = exc.code.name
+                await abort(self.context, to_rpc_status(exc))
+            request_id = request_context.current().request_id
+            errors_log.error(
+                "unhandled error in %s (request id %s)", self.method, request_id, exc_info=exc
+            )
+            self.code = "INTERNAL"
+            await abort(self.context, internal_status(request_id))
+            return False
+        finally:
+            if self.counted:
+                self.owner._active -= 1
+                self.counted = False
+                self._finish()
+
+    def _finish(self) -> None:
+        seconds = time.perf_counter() - self.started
+        ctx = request_context.current()
+        log.info(
+            json.dumps(
+                {
+                    "event": "rpc",
+                    "method": self.method,
+                    "code": self.code,
+                    "duration_ms": round(seconds * 1000, 2),
+                    "request_id": ctx.request_id,
+                    "tenant": ctx.tenant,
+                },
+                separators=(",", ":"),
+            )
+        )
+        self.owner._observer.observe(self.method, self.code, seconds)
+        if self.token is not None:
+            request_context.reset(self.token)
+            self.token = None

@@ -1,0 +1,109 @@
+"""Request bytes that do not decode: kept as data so the caller gets INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from service.errors import InvalidArgument
+
+_MAX_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A request message that failed to parse; `field` names the culprit when found."""
+
+    field: str
+    description: str
+
+    def error(self) -> InvalidArgument:
+        """The INVALID_ARGUMENT to answer with."""
+        return InvalidArgument.field(self.field, self.description, reason="MALFORMED_REQUEST")
+
+
+def lenient(deserializer: Callable[[bytes], Any] | None, descriptor: Descriptor | None) -> Any:
+    """Wrap a deserializer so failures become `Undecodable` instead of INTERNAL."""
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:
+            found = find_invalid_utf8(descriptor, data) if descriptor is not None else None
+            if found:
+                return Undecodable(found, "string is not valid UTF-8")
+            return Undecodable("request", "request message could not be decoded")
+
+    return parse
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip(data: bytes, pos: int, wire: int) -> tuple[bytes | None, int]:
+    if wire == 0:
+        return None, _varint(data, pos)[1]
+    if wire == 1:
+        return None, pos + 8
+    if wire == 5:
+        return None, pos + 4
+    if wire == 2:
+        length, pos = _varint(data, pos)
+        return data[pos : pos + length], pos + length
+    raise ValueError("unsupported wire type")
+
+
+def find_invalid_utf8(descriptor: Descriptor, data: bytes, prefix: str = "", depth: int = 0) -> str | None:
+    """The path of the first string field holding invalid UTF-8, e.g. `documents[3].body`."""
+    if depth > _MAX_DEPTH:
+        return None
+    counts: dict[int, int] = {}
+    pos = 0
+    try:
+        while pos < len(data):
+            key, pos = _varint(data, pos)
+            number, wire = key >> 3, key & 7
+            payload, pos = _skip(data, pos, wire)
+            field = descriptor.fields_by_number.get(number)
+            if field is None or payload is None:
+                continue
+            index = counts.get(number, 0)
+            counts[number] = index + 1
+            name = f"{prefix}{field.name}"
+            if field.label == FieldDescriptor.LABEL_REPEATED:
+                name += f"[{index}]"
+            found = _check(field, payload, name, depth)
+            if found:
+                return found
+    except ValueError:
+        return None
+    return None
+
+
+def _check(field: FieldDescriptor, payload: bytes, name: str, depth: int) -> str | None:
+    if field.type == FieldDescriptor.TYPE_STRING:
+        try:
+            payload.decode("utf-8")
+        except UnicodeDecodeError:
+            return name
+        return None
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        if field.message_type.GetOptions().map_entry:
+            return find_invalid_utf8(field.message_type, payload, f"{name}.", depth + 1)
+        return find_invalid_utf8(field.message_type, payload, f"{name}.", depth + 1)
+    return None

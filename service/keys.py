@@ -1,0 +1,32 @@
+"""Secret keys: from settings, or created once in the data directory (mode 0600)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from pathlib import Path
+
+from service.settings import Secret, SettingsError
+
+
+def load_key(configured: Secret, data_dir: Path, name: str, *, setting: str) -> bytes:
+    """32 key bytes: the configured base64 (or raw >= 16 chars) value, else a key file."""
+    if configured:
+        raw = configured.reveal()
+        try:
+            decoded = base64.b64decode(raw, validate=True)
+        except ValueError:
+            decoded = raw.encode()
+        if len(decoded) < 16:
+            raise SettingsError(f"{setting} must hold at least 16 bytes (base64 or text)")
+        return decoded
+    path = data_dir / f"{name}.key"
+    if path.exists():
+        return base64.b64decode(path.read_text().strip())
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(base64.b64encode(key).decode())
+    return key

@@ -1,0 +1,234 @@
+"""The composition root: settings -> keys -> store -> embedder -> engines -> grpc.aio server."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+from pathlib import Path
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from service.api.interceptor import CallObserver, ServiceInterceptor
+from service.api.unimplemented import unimplemented_servicer
+from service.auth import Authenticator
+from service.pb.search.v1 import (
+    accounts_pb2,
+    accounts_pb2_grpc,
+    index_pb2,
+    index_pb2_grpc,
+    project_search_pb2,
+    project_search_pb2_grpc,
+    workspace_search_pb2,
+    workspace_search_pb2_grpc,
+)
+from service.embeddings.base import Embedder
+from service.keys import load_key
+from service.ranking.tokens import TokenSigner
+from service.settings import Settings, SettingsError
+
+log = logging.getLogger("search.server")
+
+SERVICES = {
+    "search.v1.ProjectSearchService": (
+        project_search_pb2,
+        project_search_pb2_grpc.ProjectSearchServiceServicer,
+        project_search_pb2_grpc.add_ProjectSearchServiceServicer_to_server,
+    ),
+    "search.v1.IndexService": (
+        index_pb2,
+        index_pb2_grpc.IndexServiceServicer,
+        index_pb2_grpc.add_IndexServiceServicer_to_server,
+    ),
+    "search.v1.WorkspaceSearchService": (
+        workspace_search_pb2,
+        workspace_search_pb2_grpc.WorkspaceSearchServiceServicer,
+        workspace_search_pb2_grpc.add_WorkspaceSearchServiceServicer_to_server,
+    ),
+    "search.v1.AccountService": (
+        accounts_pb2,
+        accounts_pb2_grpc.AccountServiceServicer,
+        accounts_pb2_grpc.add_AccountServiceServicer_to_server,
+    ),
+}
+HEALTH_NAMES = ("", *SERVICES)
+
+
+def is_loopback(host: str) -> bool:
+    """True for loopback addresses and `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def server_options(settings: Settings) -> list[tuple[str, Any]]:
+    """Explicit message sizes and keepalive."""
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+@dataclass
+class App:
+    """A built server and what must be closed after it."""
+
+    settings: Settings
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int = 0
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    components: dict[str, Any] = field(default_factory=dict)
+    _stopped: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def address(self) -> str:
+        """host:port the server listens on."""
+        host = self.settings.host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Start serving and mark every service SERVING."""
+        await self.server.start()
+        for name in HEALTH_NAMES:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING, drain open calls within the grace period, close pools."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.settings.grace_period if grace is None else grace)
+        for close in reversed(self.closers):
+            try:
+                await close()
+            except Exception:
+                log.exception("error while closing a component")
+
+    async def wait_for_termination(self) -> None:
+        """Block until the server stops."""
+        await self.server.wait_for_termination()
+
+
+async def build_app(settings: Settings, **overrides: Any) -> App:
+    """Build (not start) the server; `overrides` replace components (tests)."""
+    authenticator = Authenticator(settings.auth_tokens.reveal())
+    if not authenticator.enabled and not is_loopback(settings.host):
+        raise SettingsError(
+            f"refusing to bind {settings.host}: without SEARCH_AUTH_TOKENS the server "
+            "only binds loopback addresses (127.0.0.1, ::1, localhost)"
+        )
+    observer: CallObserver | None = overrides.get("observer")
+    interceptor = ServiceInterceptor(authenticator, settings.max_concurrent_streams, observer)
+    server = grpc.aio.server(interceptors=[interceptor], options=server_options(settings))
+    health_servicer = health.aio.HealthServicer()
+    app = App(settings=settings, server=server, health=health_servicer)
+    servicers = await _build_servicers(settings, app, overrides)
+    for name, (_, base, add) in SERVICES.items():
+        servicer = servicers.get(name)
+        if servicer is None:
+            module = SERVICES[name][0]
+            descriptor = module.DESCRIPTOR.services_by_name[name.rsplit(".", 1)[1]]
+            servicer = unimplemented_servicer(base, descriptor)
+        add(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME),
+        server,
+    )
+    app.port = server.add_insecure_port(f"{_bind_host(settings.host)}:{settings.port}")
+    if app.port == 0:
+        raise SettingsError(f"could not bind {settings.host}:{settings.port}")
+    return app
+
+
+def _bind_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _build_embedder(settings: Settings) -> Embedder | None:
+    if settings.embedder == "none":
+        return None
+    from service.embeddings import build_embedder
+
+    options: dict[str, Any] = {}
+    if settings.embedder == "local" and settings.embedding_model_dir:
+        options["model_dir"] = Path(settings.embedding_model_dir)
+    if settings.embedder == "openai":
+        options.update(
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key.reveal(),
+            model=settings.openai_model,
+            dimensions=settings.openai_dimensions,
+        )
+    return build_embedder(settings.embedder, **options)
+
+
+async def _build_servicers(settings: Settings, app: App, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Servicers keyed by full service name; missing ones answer UNIMPLEMENTED."""
+    from service.api.index import IndexServicer
+    from service.api.projects import ProjectSearchServicer
+    from service.indexing.pipeline import Indexer
+    from service.projects.search import ProjectSearch
+    from service.store import open_store
+
+    embedder = overrides["embedder"] if "embedder" in overrides else _build_embedder(settings)
+    if embedder is not None:
+        app.closers.append(embedder.aclose)
+    identity = embedder.identity if embedder is not None else None
+    store = overrides.get("store") or await open_store(
+        settings.database_url.reveal(), settings.data_dir, identity,
+        pool_size=settings.db_pool_size,
+    )
+    app.closers.append(store.close)
+    signer = TokenSigner(
+        load_key(settings.page_token_key, settings.data_dir, "page_token",
+                 setting="SEARCH_PAGE_TOKEN_KEY")
+    )
+    app.components.update(store=store, embedder=embedder, signer=signer)
+    search = ProjectSearch(store, embedder, signer, exact_scan_limit=settings.exact_scan_limit)
+    indexer = Indexer(store, embedder)
+    servicers: dict[str, Any] = {
+        "search.v1.ProjectSearchService": ProjectSearchServicer(search),
+        "search.v1.IndexService": IndexServicer(store, indexer, signer, identity),
+    }
+    servicers.update(await _workspace_servicers(settings, app, store))
+    return servicers
+
+
+async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict[str, Any]:
+    """Workspace search and accounts (built by service.workspace)."""
+    return {}
+
+
+async def serve(settings: Settings, *, ready: Callable[[App], None] | None = None) -> int:
+    """Run until SIGTERM/SIGINT, then drain and exit 0."""
+    app = await build_app(settings)
+    await app.start()
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    if ready is not None:
+        ready(app)
+    await stopping.wait()
+    log.info("signal received: draining for up to %.1f s", settings.grace_period)
+    await app.stop()
+    return 0

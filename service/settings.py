@@ -1,0 +1,188 @@
+"""Settings: one frozen object built from a mapping (the environment, or a dict in tests).
+
+Every key is `SEARCH_` + the upper-cased field name. Bad values raise SettingsError naming
+the key and the value; secrets are masked in `repr`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+PREFIX = "SEARCH_"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed."""
+
+
+class Secret:
+    """A string that never shows itself in repr or str."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret value."""
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Service configuration; see the README's configuration table (generated from here)."""
+
+    host: str = field(default="127.0.0.1", metadata=_doc("Address to bind."))
+    port: int = field(default=50051, metadata=_doc("gRPC port; 0 picks a free port."))
+    data_dir: Path = field(
+        default=Path("data"), metadata=_doc("Directory for the SQLite file and keys.")
+    )
+    database_url: Secret = field(
+        default=Secret(""),
+        metadata=_doc("Empty: SQLite in data_dir; `postgresql://...` for PostgreSQL."),
+    )
+    db_pool_size: int = field(default=10, metadata=_doc("PostgreSQL pool size."))
+    embedder: str = field(
+        default="local", metadata=_doc("local (all-MiniLM-L6-v2) | openai | deterministic | none")
+    )
+    embedding_model_dir: str = field(default="", metadata=_doc("Override the local model dir."))
+    openai_base_url: str = field(
+        default="https://api.openai.com/v1", metadata=_doc("OpenAI-compatible embeddings API.")
+    )
+    openai_api_key: Secret = field(default=Secret(""), metadata=_doc("API key for openai."))
+    openai_model: str = field(default="text-embedding-3-small", metadata=_doc("Model name."))
+    openai_dimensions: int = field(default=1536, metadata=_doc("Vector length of the model."))
+    exact_scan_limit: int = field(
+        default=50_000, metadata=_doc("Eligible chunks above this use the ANN index.")
+    )
+    page_token_key: Secret = field(
+        default=Secret(""),
+        metadata=_doc("HMAC key for page tokens (share across replicas); empty: from data_dir."),
+    )
+    credentials_key: Secret = field(
+        default=Secret(""),
+        metadata=_doc("AES key (base64, 32 bytes) sealing account credentials; empty: data_dir."),
+    )
+    allow_private_base_urls: bool = field(
+        default=False, metadata=_doc("Allow self-hosted base URLs on private/loopback addresses.")
+    )
+    rrf_k: int = field(default=60, metadata=_doc("Reciprocal rank fusion constant k."))
+    query_request_budget: int = field(
+        default=30, metadata=_doc("Provider HTTP requests allowed per native query.")
+    )
+    account_concurrency: int = field(default=8, metadata=_doc("Accounts searched at once."))
+    provider_request_timeout: float = field(
+        default=10.0, metadata=_doc("Seconds per provider HTTP request (capped by deadline).")
+    )
+    grace_period: float = field(
+        default=10.0, metadata=_doc("Seconds open calls may finish after SIGTERM.")
+    )
+    max_message_bytes: int = field(
+        default=16 * 1024 * 1024, metadata=_doc("Max gRPC message size, both directions.")
+    )
+    max_concurrent_streams: int = field(
+        default=256, metadata=_doc("Max concurrent calls; more get RESOURCE_EXHAUSTED.")
+    )
+    log_level: str = field(default="INFO", metadata=_doc("Logging level."))
+    auth_tokens: Secret = field(
+        default=Secret(""),
+        metadata=_doc("Comma list of sha256hex:tenant:role (read|write|admin)."),
+    )
+    metrics_port: int = field(default=-1, metadata=_doc("Prometheus port; -1 off, 0 any."))
+
+    @classmethod
+    def from_mapping(cls, env: Mapping[str, str]) -> Settings:
+        """Build from `SEARCH_*` keys; unknown `SEARCH_*` keys are rejected."""
+        hints = get_type_hints(cls)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(
+            k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in known
+        )
+        if unknown:
+            raise SettingsError(f"unknown setting {unknown[0]}")
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            key = PREFIX + f.name.upper()
+            if key in env:
+                values[f.name] = _parse(key, env[key], hints[f.name])
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Check ranges; raises SettingsError naming the key."""
+        checks = [
+            ("port", 0 <= self.port <= 65535),
+            ("db_pool_size", 1 <= self.db_pool_size <= 1000),
+            ("embedder", self.embedder in {"local", "openai", "deterministic", "none"}),
+            ("rrf_k", self.rrf_k >= 1),
+            ("query_request_budget", 1 <= self.query_request_budget <= 1000),
+            ("account_concurrency", 1 <= self.account_concurrency <= 256),
+            ("provider_request_timeout", self.provider_request_timeout > 0),
+            ("grace_period", self.grace_period >= 0),
+            ("max_message_bytes", 1024 <= self.max_message_bytes <= 256 * 1024 * 1024),
+            ("max_concurrent_streams", self.max_concurrent_streams >= 1),
+            ("exact_scan_limit", self.exact_scan_limit >= 0),
+            ("metrics_port", -1 <= self.metrics_port <= 65535),
+            ("openai_dimensions", self.openai_dimensions >= 1),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise SettingsError(f"{PREFIX}{name.upper()}={getattr(self, name)!r} is invalid")
+
+
+def _parse(key: str, raw: str, hint: Any) -> Any:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    try:
+        if hint is bool:
+            lowered = raw.strip().lower()
+            if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
+                raise ValueError(raw)
+            return lowered in {"1", "true", "yes", "on"}
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if hint is Path:
+            return Path(raw)
+        if hint is Secret:
+            return Secret(raw)
+        return raw
+    except ValueError:
+        shown = "***" if hint is Secret else repr(raw)
+        raise SettingsError(f"{key}={shown} is not a valid {getattr(hint, '__name__', hint)}") from None
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(key, default, description) rows for documentation."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        default = f.default
+        shown = "" if isinstance(default, Secret) else str(default)
+        rows.append((PREFIX + f.name.upper(), shown, str(f.metadata.get("doc", ""))))
+    return rows

@@ -1,0 +1,148 @@
+"""Plain domain types of workspace search: queries, provider pages, results and states."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from service.timerange import TimeRange
+
+__all__ = [
+    "Account",
+    "Credentials",
+    "Kind",
+    "NativeDocument",
+    "ProviderError",
+    "ProviderId",
+    "ProviderPage",
+    "ProviderQuery",
+    "QueryCard",
+    "QueryState",
+    "TimeRange",
+]
+
+
+class ProviderId(enum.StrEnum):
+    """Every provider the registry knows, in registry (guidance) order."""
+
+    GITHUB = "github"
+    GITLAB = "gitlab"
+    SLACK = "slack"
+    GOOGLE_DRIVE = "google_drive"
+    GMAIL = "gmail"
+    GOOGLE_CALENDAR = "google_calendar"
+    JIRA = "jira"
+    CONFLUENCE = "confluence"
+
+
+class Kind(enum.StrEnum):
+    """Native query kinds; only GitHub and GitLab use them."""
+
+    ISSUES = "issues"
+    CODE = "code"
+    COMMITS = "commits"
+    REPOSITORIES = "repositories"
+    MERGE_REQUESTS = "merge_requests"
+    WIKI = "wiki"
+
+
+class QueryState(enum.StrEnum):
+    """How one native query on one account settled."""
+
+    OK = "ok"
+    SKIPPED = "skipped"
+    NEEDS_RECONNECT = "needs_reconnect"
+    RATE_LIMITED = "rate_limited"
+    TIMED_OUT = "timed_out"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class QueryCard:
+    """What an LLM caller needs to write a native query that works."""
+
+    syntax: str
+    scope: str
+    example: str
+    avoid: str
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Decrypted provider credentials; never logged (repr masks the secret)."""
+
+    token: str = field(repr=False)
+    username: str = ""  # basic-auth user (Jira/Confluence e-mail) when the provider needs one
+    scopes: tuple[str, ...] = ()  # granted OAuth scopes when known (Slack picks channel types)
+
+
+@dataclass(frozen=True)
+class Account:
+    """A connected provider account owned by a tenant."""
+
+    account_id: str
+    tenant: str
+    provider: ProviderId
+    display_name: str
+    base_url: str  # API origin, e.g. "https://api.github.com"; self-hosted instances differ
+    needs_reconnect: bool = False
+
+
+@dataclass(frozen=True)
+class ProviderQuery:
+    """One native query as a provider adapter sees it."""
+
+    text: str
+    kind: Kind | None = None
+    time_range: TimeRange = TimeRange()
+    project: str = ""  # provider scope: Drive "drive:ID", calendar id, Atlassian cloud id, GitLab project
+    limit: int = 10  # results wanted for this page (top_k)
+    cursor: str | None = None  # the adapter's own continuation from a previous ProviderPage
+
+
+@dataclass(frozen=True)
+class NativeDocument:
+    """One provider result in the common shape."""
+
+    id: str
+    title: str
+    url: str
+    content: str = ""
+    kind: str = ""
+    container: str = ""
+    author: str = ""
+    modified_at: datetime | None = None
+    event_start_at: datetime | None = None  # calendar events: scheduled start (the date filters use)
+    dedupe_key: str = ""  # identity across calendars/sites; empty = use url, then id
+
+    @property
+    def source_date(self) -> datetime | None:
+        """The date time filters check: event start for events, else modification time."""
+        return self.event_start_at or self.modified_at
+
+
+@dataclass(frozen=True)
+class ProviderPage:
+    """One page of a provider search."""
+
+    documents: tuple[NativeDocument, ...]
+    next_cursor: str | None = None  # adapter continuation; None = no more pages
+    total: int | None = None  # provider's total when it reports one
+    total_is_exact: bool = False
+    partial: bool = False  # degraded but successful (incomplete results, capped fan-out...)
+    message: str = ""  # why partial / what was skipped, joined sentences
+    skipped_legs: Mapping[str, str] = field(default_factory=dict)  # e.g. {"code": "why skipped"}
+
+
+class ProviderError(Exception):
+    """A provider answer mapped to a per-query state (see PROVIDERS.md status mapping)."""
+
+    def __init__(
+        self, state: QueryState, message: str, *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.state = state
+        self.message = message
+        self.retry_after = retry_after
