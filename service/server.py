@@ -6,9 +6,9 @@ import asyncio
 import ipaddress
 import logging
 import signal
-from pathlib import Path
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,6 +18,8 @@ from grpc_reflection.v1alpha import reflection
 from service.api.interceptor import CallObserver, ServiceInterceptor
 from service.api.unimplemented import unimplemented_servicer
 from service.auth import Authenticator
+from service.embeddings.base import Embedder
+from service.keys import load_key
 from service.pb.search.v1 import (
     accounts_pb2,
     accounts_pb2_grpc,
@@ -28,14 +30,13 @@ from service.pb.search.v1 import (
     workspace_search_pb2,
     workspace_search_pb2_grpc,
 )
-from service.embeddings.base import Embedder
-from service.keys import load_key
 from service.ranking.tokens import TokenSigner
+from service.ratelimit import TenantRateLimiter
 from service.settings import Settings, SettingsError
 
 log = logging.getLogger("search.server")
 
-SERVICES = {
+SERVICES: dict[str, tuple[Any, Any, Callable[[Any, grpc.aio.Server], None]]] = {
     "search.v1.ProjectSearchService": (
         project_search_pb2,
         project_search_pb2_grpc.ProjectSearchServiceServicer,
@@ -92,9 +93,11 @@ class App:
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     port: int = 0
+    metrics_port: int = -1
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     components: dict[str, Any] = field(default_factory=dict)
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    _probe_task: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -103,16 +106,41 @@ class App:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
-        """Start serving and mark every service SERVING."""
+        """Start serving; "" is liveness, the service names follow readiness."""
         await self.server.start()
-        for name in HEALTH_NAMES:
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self._probe_once()
+        self._probe_task = asyncio.create_task(self._probe_forever())
+
+    async def _probe_once(self) -> None:
+        store = self.components.get("store")
+        ready = True
+        if store is not None:
+            try:
+                await asyncio.wait_for(store.ping(), timeout=self.settings.readiness_interval)
+            except Exception:
+                ready = False
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in SERVICES:
+            await self.health.set(name, status)
+
+    async def _probe_forever(self) -> None:
+        while not self._stopped.is_set():
+            await asyncio.sleep(self.settings.readiness_interval)
+            if not self._stopped.is_set():
+                await self._probe_once()
 
     async def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING, drain open calls within the grace period, close pools."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self._probe_task is not None:
+            self._probe_task.cancel()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.settings.grace_period if grace is None else grace)
         for close in reversed(self.closers):
@@ -135,10 +163,23 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
             "only binds loopback addresses (127.0.0.1, ::1, localhost)"
         )
     observer: CallObserver | None = overrides.get("observer")
-    interceptor = ServiceInterceptor(authenticator, settings.max_concurrent_streams, observer)
+    metrics = None
+    if observer is None and settings.metrics_port >= 0:
+        from service.metrics import Metrics
+
+        metrics = Metrics()
+        observer = metrics
+    limiter = TenantRateLimiter(settings.search_rate_per_tenant, settings.search_burst_per_tenant)
+    interceptor = ServiceInterceptor(
+        authenticator, settings.max_concurrent_streams, observer, limiter
+    )
     server = grpc.aio.server(interceptors=[interceptor], options=server_options(settings))
     health_servicer = health.aio.HealthServicer()
     app = App(settings=settings, server=server, health=health_servicer)
+    if metrics is not None:
+        app.components["metrics"] = metrics
+        app.metrics_port = metrics.serve(settings.host, settings.metrics_port)
+        app.closers.append(metrics.close)
     servicers = await _build_servicers(settings, app, overrides)
     for name, (_, base, add) in SERVICES.items():
         servicer = servicers.get(name)
@@ -149,14 +190,33 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         add(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME),
+        (
+            *SERVICES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
         server,
     )
-    app.port = server.add_insecure_port(f"{_bind_host(settings.host)}:{settings.port}")
+    app.port = _bind(server, settings)
     if app.port == 0:
         raise SettingsError(f"could not bind {settings.host}:{settings.port}")
     return app
+
+
+def _bind(server: grpc.aio.Server, settings: Settings) -> int:
+    address = f"{_bind_host(settings.host)}:{settings.port}"
+    if not settings.tls_cert_file:
+        return server.add_insecure_port(address)
+    try:
+        key = Path(settings.tls_key_file).read_bytes()
+        cert = Path(settings.tls_cert_file).read_bytes()
+        ca = Path(settings.tls_client_ca_file).read_bytes() if settings.tls_client_ca_file else None
+    except OSError as error:
+        raise SettingsError(f"cannot read TLS file: {error}") from error
+    credentials = grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+    return server.add_secure_port(address, credentials)
 
 
 def _bind_host(host: str) -> str:
@@ -181,7 +241,9 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     return build_embedder(settings.embedder, **options)
 
 
-async def _build_servicers(settings: Settings, app: App, overrides: dict[str, Any]) -> dict[str, Any]:
+async def _build_servicers(
+    settings: Settings, app: App, overrides: dict[str, Any]
+) -> dict[str, Any]:
     """Servicers keyed by full service name; missing ones answer UNIMPLEMENTED."""
     from service.api.index import IndexServicer
     from service.api.projects import ProjectSearchServicer
@@ -194,13 +256,15 @@ async def _build_servicers(settings: Settings, app: App, overrides: dict[str, An
         app.closers.append(embedder.aclose)
     identity = embedder.identity if embedder is not None else None
     store = overrides.get("store") or await open_store(
-        settings.database_url.reveal(), settings.data_dir, identity,
-        pool_size=settings.db_pool_size,
-    )
+        settings.database_url.reveal(), settings.data_dir, identity)
     app.closers.append(store.close)
     signer = TokenSigner(
-        load_key(settings.page_token_key, settings.data_dir, "page_token",
-                 setting="SEARCH_PAGE_TOKEN_KEY")
+        load_key(
+            settings.page_token_key,
+            settings.data_dir,
+            "page_token",
+            setting="SEARCH_PAGE_TOKEN_KEY",
+        )
     )
     app.components.update(store=store, embedder=embedder, signer=signer)
     search = ProjectSearch(store, embedder, signer, exact_scan_limit=settings.exact_scan_limit)

@@ -112,6 +112,20 @@ class Settings:
         metadata=_doc("Comma list of sha256hex:tenant:role (read|write|admin)."),
     )
     metrics_port: int = field(default=-1, metadata=_doc("Prometheus port; -1 off, 0 any."))
+    tls_cert_file: str = field(default="", metadata=_doc("PEM server certificate: enables TLS."))
+    tls_key_file: str = field(default="", metadata=_doc("PEM private key of the certificate."))
+    tls_client_ca_file: str = field(
+        default="", metadata=_doc("PEM CA bundle: require client certificates (mutual TLS).")
+    )
+    search_rate_per_tenant: float = field(
+        default=0.0, metadata=_doc("Search calls per second per tenant; 0 = unlimited.")
+    )
+    search_burst_per_tenant: float = field(
+        default=20.0, metadata=_doc("Burst size of the per-tenant search rate limit.")
+    )
+    readiness_interval: float = field(
+        default=5.0, metadata=_doc("Seconds between readiness probes of the database.")
+    )
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
@@ -148,6 +162,10 @@ class Settings:
             ("exact_scan_limit", self.exact_scan_limit >= 0),
             ("metrics_port", -1 <= self.metrics_port <= 65535),
             ("openai_dimensions", self.openai_dimensions >= 1),
+            ("tls_key_file", bool(self.tls_key_file) == bool(self.tls_cert_file)),
+            ("tls_client_ca_file", not self.tls_client_ca_file or bool(self.tls_cert_file)),
+            ("readiness_interval", self.readiness_interval > 0),
+            ("search_rate_per_tenant", self.search_rate_per_tenant >= 0),
         ]
         for name, ok in checks:
             if not ok:
@@ -175,7 +193,9 @@ def _parse(key: str, raw: str, hint: Any) -> Any:
         return raw
     except ValueError:
         shown = "***" if hint is Secret else repr(raw)
-        raise SettingsError(f"{key}={shown} is not a valid {getattr(hint, '__name__', hint)}") from None
+        raise SettingsError(
+            f"{key}={shown} is not a valid {getattr(hint, '__name__', hint)}"
+        ) from None
 
 
 def describe() -> list[tuple[str, str, str]]:

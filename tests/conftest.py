@@ -6,3 +6,5 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+pytest_plugins = ["tests.fakes.fixtures"]

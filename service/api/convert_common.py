@@ -36,7 +36,9 @@ def to_time_range(msg: common_pb2.TimeRange, has: bool, field: str) -> TimeRange
     """A TimeRange from an optional message field."""
     if not has:
         return TimeRange()
-    start = to_datetime(msg.start_time, f"{field}.start_time") if msg.HasField("start_time") else None
+    start = (
+        to_datetime(msg.start_time, f"{field}.start_time") if msg.HasField("start_time") else None
+    )
     end = to_datetime(msg.end_time, f"{field}.end_time") if msg.HasField("end_time") else None
     return TimeRange(start, end)
 

@@ -22,7 +22,9 @@ OUTCOMES = {
 def project_to_proto(p: ProjectRecord) -> pb.Project:
     """A project."""
     return pb.Project(
-        project_id=p.project_id, external_id=p.external_id, name=p.name,
+        project_id=p.project_id,
+        external_id=p.external_id,
+        name=p.name,
         create_time=from_datetime(p.created_at),
     )
 
@@ -46,9 +48,11 @@ def document_from_proto(doc: pb.Document, field: str) -> IncomingDocument:
         note_type=doc.note_type,
         metadata=metadata,
         created_at=to_datetime(doc.create_time, f"{field}.create_time")
-        if doc.HasField("create_time") else None,
+        if doc.HasField("create_time")
+        else None,
         updated_at=to_datetime(doc.update_time, f"{field}.update_time")
-        if doc.HasField("update_time") else None,
+        if doc.HasField("update_time")
+        else None,
         supplied_identity=identity,
         supplied_chunks=chunks,
     )
@@ -59,10 +63,16 @@ def result_to_proto(r: DocumentResult) -> pb.DocumentResult:
     if r.outcome is None:
         violation = r.violation
         return pb.DocumentResult(
-            index=r.index, kind=r.kind, row_id=r.row_id, outcome=pb.DOCUMENT_OUTCOME_REJECTED,
-            field=violation.field if violation else "", message=violation.description if violation else "",
+            index=r.index,
+            kind=r.kind,
+            row_id=r.row_id,
+            outcome=pb.DOCUMENT_OUTCOME_REJECTED,
+            field=violation.field if violation else "",
+            message=violation.description if violation else "",
         )
-    return pb.DocumentResult(index=r.index, kind=r.kind, row_id=r.row_id, outcome=OUTCOMES[r.outcome])
+    return pb.DocumentResult(
+        index=r.index, kind=r.kind, row_id=r.row_id, outcome=OUTCOMES[r.outcome]
+    )
 
 
 def identity_to_proto(identity: EmbeddingIdentity | None) -> common_pb2.EmbeddingIdentity | None:
@@ -72,7 +82,9 @@ def identity_to_proto(identity: EmbeddingIdentity | None) -> common_pb2.Embeddin
     return common_pb2.EmbeddingIdentity(model=identity.model, dimensions=identity.dimensions)
 
 
-def status_to_proto(s: ProjectStatus, configured: EmbeddingIdentity | None) -> pb.ProjectIndexStatus:
+def status_to_proto(
+    s: ProjectStatus, configured: EmbeddingIdentity | None
+) -> pb.ProjectIndexStatus:
     """One project's index status."""
     return pb.ProjectIndexStatus(
         project_id=s.project.project_id,
@@ -81,8 +93,10 @@ def status_to_proto(s: ProjectStatus, configured: EmbeddingIdentity | None) -> p
         chunks=s.chunks,
         embeddings=[
             pb.EmbeddingStatus(
-                identity=identity_to_proto(e.identity), chunks_ready=e.ready,
-                chunks_pending=e.pending, configured=e.identity == configured,
+                identity=identity_to_proto(e.identity),
+                chunks_ready=e.ready,
+                chunks_pending=e.pending,
+                configured=e.identity == configured,
             )
             for e in s.embeddings
         ],

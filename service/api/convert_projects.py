@@ -14,8 +14,11 @@ MODES = {
     pb.SEARCH_MODE_VECTOR: Mode.VECTOR,
     pb.SEARCH_MODE_HYBRID: Mode.HYBRID,
 }
-MODE_TO_PB = {Mode.FTS: pb.SEARCH_MODE_FTS, Mode.VECTOR: pb.SEARCH_MODE_VECTOR,
-              Mode.HYBRID: pb.SEARCH_MODE_HYBRID}
+MODE_TO_PB = {
+    Mode.FTS: pb.SEARCH_MODE_FTS,
+    Mode.VECTOR: pb.SEARCH_MODE_VECTOR,
+    Mode.HYBRID: pb.SEARCH_MODE_HYBRID,
+}
 OPERATORS = {
     pb.METADATA_OPERATOR_EQ: "eq",
     pb.METADATA_OPERATOR_CONTAINS_ALL: "contains_all",
@@ -40,8 +43,9 @@ def request_from_proto(msg: pb.SearchProjectsRequest) -> ProjectSearchRequest:
     filters = RawFilters(
         kinds=tuple(f.kinds),
         metadata=tuple(
-            RawMetadataFilter(m.path, OPERATORS.get(m.operator, ""),
-                              tuple(from_value(v) for v in m.values))
+            RawMetadataFilter(
+                m.path, OPERATORS.get(m.operator, ""), tuple(from_value(v) for v in m.values)
+            )
             for m in f.metadata
         ),
         note_types=tuple(f.note_types),
@@ -78,11 +82,15 @@ def hit_to_proto(hit: SearchHit) -> pb.ProjectSearchResult:
         create_time=from_datetime(hit.created_at),
         update_time=from_datetime(hit.updated_at),
         scores=pb.ScoreBreakdown(
-            score=hit.score, vector_score=hit.vector_score, fts_score=hit.fts_score,
+            score=hit.score,
+            vector_score=hit.vector_score,
+            fts_score=hit.fts_score,
             fts_normalized=hit.fts_normalized,
         ),
-        chunks=[pb.MatchedChunk(chunk_index=c.index, text=c.text, similarity=c.similarity)
-                for c in hit.chunks],
+        chunks=[
+            pb.MatchedChunk(chunk_index=c.index, text=c.text, similarity=c.similarity)
+            for c in hit.chunks
+        ],
         snippet=hit.snippet,
     )
 

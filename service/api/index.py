@@ -35,7 +35,10 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
     """Projects, document upserts and deletes, index status."""
 
     def __init__(
-        self, store: Store, indexer: Indexer, signer: TokenSigner,
+        self,
+        store: Store,
+        indexer: Indexer,
+        signer: TokenSigner,
         identity: EmbeddingIdentity | None,
     ) -> None:
         self._store = store
@@ -43,7 +46,9 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         self._signer = signer
         self._identity = identity
 
-    async def CreateProject(self, request: pb.CreateProjectRequest, context: Any) -> pb.CreateProjectResponse:  # noqa: N802
+    async def CreateProject(
+        self, request: pb.CreateProjectRequest, context: Any
+    ) -> pb.CreateProjectResponse:
         """See the proto."""
         external_id = request.external_id or str(uuid.uuid4())
         if not _EXTERNAL_ID.match(external_id):
@@ -54,7 +59,9 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         project = await self._store.create_project(tenant, external_id, request.name)
         return pb.CreateProjectResponse(project=project_to_proto(project))
 
-    async def ListProjects(self, request: pb.ListProjectsRequest, context: Any) -> pb.ListProjectsResponse:  # noqa: N802
+    async def ListProjects(
+        self, request: pb.ListProjectsRequest, context: Any
+    ) -> pb.ListProjectsResponse:
         """See the proto."""
         if not 0 <= request.page_size <= 1000:
             raise InvalidArgument.field("page_size", "must be 1..1000 (0 = 100)")
@@ -74,7 +81,9 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             projects=[project_to_proto(p) for p in rows], next_page_token=token
         )
 
-    async def DeleteProject(self, request: pb.DeleteProjectRequest, context: Any) -> pb.DeleteProjectResponse:  # noqa: N802
+    async def DeleteProject(
+        self, request: pb.DeleteProjectRequest, context: Any
+    ) -> pb.DeleteProjectResponse:
         """See the proto."""
         if request.project_id <= 0:
             raise InvalidArgument.field("project_id", "must be positive")
@@ -84,7 +93,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             raise _project_not_found(request.project_id)
         return pb.DeleteProjectResponse(documents_deleted=deleted)
 
-    async def UpsertDocuments(  # noqa: N802
+    async def UpsertDocuments(
         self, request_iterator: AsyncIterator[pb.UpsertDocumentsRequest | Undecodable], context: Any
     ) -> pb.UpsertDocumentsResponse:
         """See the proto."""
@@ -97,10 +106,14 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             field = f"messages[{message_number}]"
             message_number += 1
             if isinstance(message, Undecodable):
-                reply.results.append(pb.DocumentResult(
-                    index=index, outcome=pb.DOCUMENT_OUTCOME_REJECTED,
-                    field=f"{field}.{message.field}", message=message.description,
-                ))
+                reply.results.append(
+                    pb.DocumentResult(
+                        index=index,
+                        outcome=pb.DOCUMENT_OUTCOME_REJECTED,
+                        field=f"{field}.{message.field}",
+                        message=message.description,
+                    )
+                )
                 reply.documents_received += 1
                 reply.documents_rejected += 1
                 index += 1
@@ -113,26 +126,39 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         return reply
 
     async def _upsert_message(
-        self, tenant: str, message: pb.UpsertDocumentsRequest, first: int, field: str,
-        owned: dict[int, bool], reply: pb.UpsertDocumentsResponse,
+        self,
+        tenant: str,
+        message: pb.UpsertDocumentsRequest,
+        first: int,
+        field: str,
+        owned: dict[int, bool],
+        reply: pb.UpsertDocumentsResponse,
     ) -> list[DocumentResult]:
         count = len(message.documents)
         reply.documents_received += count
         problem = None
         if len(message.documents) > MAX_DOCS_PER_MESSAGE:
-            problem = FieldViolation(f"{field}.documents", f"at most {MAX_DOCS_PER_MESSAGE} per message")
+            problem = FieldViolation(
+                f"{field}.documents", f"at most {MAX_DOCS_PER_MESSAGE} per message"
+            )
         elif not await self._owns(tenant, message.project_id, owned):
             problem = FieldViolation(f"{field}.project_id", "project not found")
         if problem is not None:
-            return [DocumentResult(first + i, d.kind, d.row_id, None, problem)
-                    for i, d in enumerate(message.documents)]
+            return [
+                DocumentResult(first + i, d.kind, d.row_id, None, problem)
+                for i, d in enumerate(message.documents)
+            ]
         incoming: list[tuple[int, IncomingDocument]] = []
         rejected: list[DocumentResult] = []
         for i, doc in enumerate(message.documents):
             try:
                 incoming.append((first + i, document_from_proto(doc, f"{field}.documents[{i}]")))
             except ServiceError as error:
-                violation = error.violations[0] if error.violations else FieldViolation(field, error.message)
+                violation = (
+                    error.violations[0]
+                    if error.violations
+                    else FieldViolation(field, error.message)
+                )
                 rejected.append(DocumentResult(first + i, doc.kind, doc.row_id, None, violation))
         report = await self._indexer.upsert(message.project_id, incoming, field)
         reply.chunks_written += report.chunks_written
@@ -146,7 +172,9 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             owned[project_id] = bool(await self._store.get_projects(tenant, [project_id]))
         return owned[project_id]
 
-    async def DeleteDocuments(self, request: pb.DeleteDocumentsRequest, context: Any) -> pb.DeleteDocumentsResponse:  # noqa: N802
+    async def DeleteDocuments(
+        self, request: pb.DeleteDocumentsRequest, context: Any
+    ) -> pb.DeleteDocumentsResponse:
         """See the proto."""
         if len(request.keys) > MAX_KEYS:
             raise InvalidArgument.field("keys", f"at most {MAX_KEYS} keys")
@@ -154,14 +182,18 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             if not key.kind or not key.row_id:
                 raise InvalidArgument.field(f"keys[{i}]", "kind and row_id are required")
         tenant = request_context.current().tenant
-        if request.project_id <= 0 or not await self._store.get_projects(tenant, [request.project_id]):
+        if request.project_id <= 0 or not await self._store.get_projects(
+            tenant, [request.project_id]
+        ):
             raise _project_not_found(request.project_id)
         deleted = await self._store.delete_documents(
             request.project_id, [(k.kind, k.row_id) for k in request.keys]
         )
         return pb.DeleteDocumentsResponse(documents_deleted=deleted)
 
-    async def GetIndexStatus(self, request: pb.GetIndexStatusRequest, context: Any) -> pb.GetIndexStatusResponse:  # noqa: N802
+    async def GetIndexStatus(
+        self, request: pb.GetIndexStatusRequest, context: Any
+    ) -> pb.GetIndexStatusResponse:
         """See the proto."""
         ids = sorted(set(request.project_ids))
         if len(ids) > MAX_STATUS_PROJECTS:
@@ -182,7 +214,8 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
 
 def _project_not_found(project_id: int) -> NotFound:
     return NotFound(
-        f"project {project_id} not found", reason="PROJECT_NOT_FOUND",
+        f"project {project_id} not found",
+        reason="PROJECT_NOT_FOUND",
         metadata={"projectId": str(project_id)},
     )
 

@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
 from service import context as request_context
-from service.api.wire import Undecodable, lenient
 from service.api.status import abort, internal_status, to_rpc_status
+from service.api.wire import Undecodable, lenient
 from service.auth import Authenticator
 from service.errors import ResourceExhausted, ServiceError
+from service.ratelimit import TenantRateLimiter
 
 log = logging.getLogger("search.access")
 errors_log = logging.getLogger("search.errors")
 
-Handler = grpc.RpcMethodHandler
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 Ctx = grpc.aio.ServicerContext[Any, Any]
 _MAX_REQUEST_ID = 128
+RATE_LIMITED_METHODS = frozenset(
+    {
+        "/search.v1.ProjectSearchService/SearchProjects",
+        "/search.v1.WorkspaceSearchService/SearchWorkspace",
+    }
+)
 
 
 def _request_descriptor(handler: Handler) -> Any:
@@ -47,7 +55,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         authenticator: Authenticator,
         max_concurrent_calls: int,
         observer: CallObserver | None = None,
+        rate_limiter: TenantRateLimiter | None = None,
     ) -> None:
+        self._limiter = rate_limiter or TenantRateLimiter(0, 1)
         self._auth = authenticator
         self._max_calls = max_concurrent_calls
         self._active = 0
@@ -55,9 +65,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
@@ -99,6 +109,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         return wrapper
 
     def _wrap_stream(self, method: str, behavior: Any) -> Any:
+        if not inspect.isasyncgenfunction(behavior):
+            # A streaming handler written with `await context.write(...)` (e.g. Health.Watch).
+            return self._wrap_unary(method, behavior)
+
         async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
             call = _Call(self, method, context)
             async with call:
@@ -121,11 +135,15 @@ class _Call:
         self.counted = False
 
     async def __aenter__(self) -> _Call:
-        metadata = {k: v for k, v in (self.context.invocation_metadata() or ()) if isinstance(v, str)}
+        metadata = {
+            k: v for k, v in (self.context.invocation_metadata() or ()) if isinstance(v, str)
+        }
         request_id = metadata.get("x-request-id", "")[:_MAX_REQUEST_ID] or uuid.uuid4().hex
         remaining = self.context.time_remaining()
         deadline = None if remaining is None else asyncio.get_running_loop().time() + remaining
-        ctx = request_context.RequestContext(request_id=request_id, method=self.method, deadline=deadline)
+        ctx = request_context.RequestContext(
+            request_id=request_id, method=self.method, deadline=deadline
+        )
         self.token = request_context.bind(ctx)
         await self.context.send_initial_metadata((("x-request-id", request_id),))
         try:
@@ -137,6 +155,15 @@ class _Call:
                     reason="CONCURRENT_CALLS_LIMIT",
                     metadata={"limit": str(self.owner._max_calls)},
                 )
+            if self.method in RATE_LIMITED_METHODS:
+                wait = self.owner._limiter.acquire(principal.tenant)
+                if wait is not None:
+                    raise ResourceExhausted(
+                        "search rate limit of this tenant reached",
+                        reason="TENANT_RATE_LIMITED",
+                        metadata={"limit": f"{self.owner._limiter._rate:g}/s"},
+                        retry_after=wait,
+                    )
         except ServiceError as error:
             await self._fail(error)
         self.owner._active += 1
@@ -147,7 +174,10 @@ class _Call:
         request_context.reset(self.token)
         return request_context.bind(
             request_context.RequestContext(
-                request_id=ctx.request_id, method=ctx.method, tenant=tenant, role=role,
+                request_id=ctx.request_id,
+                method=ctx.method,
+                tenant=tenant,
+                role=role,
                 deadline=ctx.deadline,
             )
         )

@@ -18,7 +18,7 @@ class ProjectSearchServicer(pb_grpc.ProjectSearchServiceServicer):
     def __init__(self, search: ProjectSearch) -> None:
         self._search = search
 
-    async def SearchProjects(  # noqa: N802 - generated name
+    async def SearchProjects(
         self, request: pb.SearchProjectsRequest, context: Any
     ) -> AsyncIterator[pb.SearchProjectsResponse]:
         """See the proto."""

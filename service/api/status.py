@@ -53,7 +53,9 @@ def internal_status(request_id: str) -> status_pb2.Status:
     )
 
 
-async def abort(context: grpc.aio.ServicerContext[object, object], status: status_pb2.Status) -> None:
+async def abort(
+    context: grpc.aio.ServicerContext[object, object], status: status_pb2.Status
+) -> None:
     """End the call with `status` (raises grpc.aio.AbortError)."""
     rich = rpc_status.to_status(status)
     await context.abort(rich.code, rich.details, rich.trailing_metadata)

@@ -19,8 +19,10 @@ def unimplemented_servicer(base: type, descriptor: ServiceDescriptor) -> Any:
         if streaming:
 
             async def stream_method(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
-                raise Unimplemented(f"{full} is not implemented yet", metadata={"method": full})
-                yield  # pragma: no cover - makes this an async generator
+                error = Unimplemented(f"{full} is not implemented yet", metadata={"method": full})
+                for _ in ():  # never runs: the yield only makes this an async generator
+                    yield _
+                raise error
 
             return stream_method
 

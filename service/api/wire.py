@@ -68,7 +68,9 @@ def _skip(data: bytes, pos: int, wire: int) -> tuple[bytes | None, int]:
     raise ValueError("unsupported wire type")
 
 
-def find_invalid_utf8(descriptor: Descriptor, data: bytes, prefix: str = "", depth: int = 0) -> str | None:
+def find_invalid_utf8(
+    descriptor: Descriptor, data: bytes, prefix: str = "", depth: int = 0
+) -> str | None:
     """The path of the first string field holding invalid UTF-8, e.g. `documents[3].body`."""
     if depth > _MAX_DEPTH:
         return None
@@ -85,7 +87,7 @@ def find_invalid_utf8(descriptor: Descriptor, data: bytes, prefix: str = "", dep
             index = counts.get(number, 0)
             counts[number] = index + 1
             name = f"{prefix}{field.name}"
-            if field.label == FieldDescriptor.LABEL_REPEATED:
+            if field.label == FieldDescriptor.LABEL_REPEATED:  # type: ignore[attr-defined]
                 name += f"[{index}]"
             found = _check(field, payload, name, depth)
             if found:
@@ -102,8 +104,6 @@ def _check(field: FieldDescriptor, payload: bytes, name: str, depth: int) -> str
         except UnicodeDecodeError:
             return name
         return None
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        if field.message_type.GetOptions().map_entry:
-            return find_invalid_utf8(field.message_type, payload, f"{name}.", depth + 1)
+    if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None:
         return find_invalid_utf8(field.message_type, payload, f"{name}.", depth + 1)
     return None

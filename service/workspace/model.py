@@ -97,7 +97,9 @@ class ProviderQuery:
     text: str
     kind: Kind | None = None
     time_range: TimeRange = TimeRange()
-    project: str = ""  # provider scope: Drive "drive:ID", calendar id, Atlassian cloud id, GitLab project
+    project: str = (
+        ""  # provider scope: Drive "drive:ID", calendar id, Atlassian cloud id, GitLab project
+    )
     limit: int = 10  # results wanted for this page (top_k)
     cursor: str | None = None  # the adapter's own continuation from a previous ProviderPage
 
@@ -114,7 +116,9 @@ class NativeDocument:
     container: str = ""
     author: str = ""
     modified_at: datetime | None = None
-    event_start_at: datetime | None = None  # calendar events: scheduled start (the date filters use)
+    event_start_at: datetime | None = (
+        None  # calendar events: scheduled start (the date filters use)
+    )
     dedupe_key: str = ""  # identity across calendars/sites; empty = use url, then id
 
     @property

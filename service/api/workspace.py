@@ -1,0 +1,45 @@
+"""WorkspaceSearchService servicer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from service import context as request_context
+from service.api.convert_workspace import (
+    event_to_proto,
+    listing_to_proto,
+    provider_from_proto,
+    search_request_from_proto,
+)
+from service.pb.search.v1 import workspace_search_pb2 as pb
+from service.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
+from service.workspace.engine import WorkspaceEngine
+
+
+class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
+    """Lists accounts with guidance; streams statuses and fused pages of a search."""
+
+    def __init__(self, engine: WorkspaceEngine) -> None:
+        self._engine = engine
+
+    async def ListAccounts(
+        self, request: pb.ListAccountsRequest, context: Any
+    ) -> pb.ListAccountsResponse:
+        """See the proto."""
+        tenant = request_context.current().tenant
+        provider = provider_from_proto(request.provider, "provider", required=False)
+        return listing_to_proto(await self._engine.list_accounts(tenant, provider))
+
+    async def SearchWorkspace(
+        self, request: pb.SearchWorkspaceRequest, context: Any
+    ) -> AsyncIterator[pb.SearchWorkspaceResponse]:
+        """See the proto."""
+        ctx = request_context.current()
+        search = self._engine.search(
+            ctx.tenant, search_request_from_proto(request), deadline=ctx.deadline
+        )
+        async with aclosing(search) as events:
+            async for event in events:
+                yield event_to_proto(event)

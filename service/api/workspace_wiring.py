@@ -1,0 +1,76 @@
+"""Builds the workspace servicers from settings (called by the composition root)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from service.api.accounts import AccountServicer
+from service.api.workspace import WorkspaceSearchServicer
+from service.keys import load_key
+from service.ranking.tokens import TokenSigner
+from service.settings import Settings, SettingsError
+from service.store.base import Store
+from service.workspace.accounts import AccountManager
+from service.workspace.engine import EngineSettings, WorkspaceEngine
+from service.workspace.model import ProviderId
+from service.workspace.providers import REGISTRY
+
+__all__ = ["build_workspace_servicers", "parse_base_urls"]
+
+
+def parse_base_urls(text: str, setting: str = "SEARCH_PROVIDER_BASE_URLS") -> dict[ProviderId, str]:
+    """`slack=https://...,gmail=https://...` as a mapping (tests and demos point at fakes)."""
+    found: dict[ProviderId, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, url = item.partition("=")
+        try:
+            provider = ProviderId(name.strip())
+        except ValueError:
+            raise SettingsError(f"{setting}: unknown provider {name.strip()!r}") from None
+        if not url.strip().startswith(("https://", "http://")):
+            raise SettingsError(f"{setting}: {provider.value} needs an http(s) URL")
+        found[provider] = url.strip().rstrip("/")
+    return found
+
+
+def build_workspace_servicers(
+    settings: Settings,
+    store: Store,
+    signer: TokenSigner,
+    *,
+    allow_insecure_http: bool = False,
+    base_url_overrides: Mapping[ProviderId, str] | None = None,
+    max_rounds_per_page: int = 3,
+    default_timeout: float = 20.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> dict[str, Any]:
+    """WorkspaceSearchService and AccountService servicers, keyed by full service name."""
+    key = load_key(
+        settings.credentials_key, settings.data_dir, "credentials",
+        setting="SEARCH_CREDENTIALS_KEY",
+    )
+    accounts = AccountManager(
+        store,
+        key,
+        REGISTRY,
+        allow_private_base_urls=settings.allow_private_base_urls,
+        allow_insecure_http=allow_insecure_http,
+        base_url_overrides=base_url_overrides,
+    )
+    engine_settings = EngineSettings(
+        rrf_k=settings.rrf_k,
+        query_budget=settings.query_request_budget,
+        account_concurrency=settings.account_concurrency,
+        request_timeout=settings.provider_request_timeout,
+        allow_insecure_http=allow_insecure_http,
+        default_timeout=default_timeout,
+        max_rounds_per_page=max_rounds_per_page,
+    )
+    engine = WorkspaceEngine(accounts, signer, settings=engine_settings, transport=transport)
+    return {
+        "search.v1.WorkspaceSearchService": WorkspaceSearchServicer(engine),
+        "search.v1.AccountService": AccountServicer(accounts, REGISTRY),
+    }

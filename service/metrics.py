@@ -1,0 +1,80 @@
+"""Prometheus metrics on a separate HTTP port: calls by method and code, latency, providers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from service.api.interceptor import CallObserver
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics(CallObserver):
+    """The service's metrics, in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.calls = Counter(
+            "search_rpc_calls",
+            "Finished calls by method and status code.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "search_rpc_duration_seconds",
+            "Call duration by method.",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.provider_queries = Counter(
+            "search_provider_queries",
+            "Native queries by provider and final state.",
+            ["provider", "state"],
+            registry=self.registry,
+        )
+        self.pool_in_use = Gauge(
+            "search_db_pool_connections_in_use",
+            "Database connections in use.",
+            registry=self.registry,
+        )
+        self.pool_size = Gauge(
+            "search_db_pool_connections", "Database connections open.", registry=self.registry
+        )
+        self.index_backlog = Gauge(
+            "search_index_chunks_pending",
+            "Chunks without a ready vector of the configured "
+            "embedding (last GetIndexStatus or upsert).",
+            registry=self.registry,
+        )
+        self._server: Any = None
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        """Record a finished call."""
+        self.calls.labels(method, code).inc()
+        self.latency.labels(method).observe(seconds)
+
+    def provider_query(self, provider: str, state: str) -> None:
+        """Record how one native query settled."""
+        self.provider_queries.labels(provider, state).inc()
+
+    def track_pool(self, in_use: Callable[[], float], size: Callable[[], float]) -> None:
+        """Read pool usage at scrape time."""
+        self.pool_in_use.set_function(in_use)
+        self.pool_size.set_function(size)
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the HTTP exporter; returns the bound port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        return int(server.server_port)
+
+    async def close(self) -> None:
+        """Stop the exporter."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

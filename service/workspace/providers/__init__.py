@@ -1,0 +1,127 @@
+"""The provider registry: one literal entry per provider, each with a complete query card.
+
+Importing this package fails (ValueError) when a provider is missing or its card is incomplete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from service.workspace.http import HttpClient
+from service.workspace.model import Kind, ProviderId, ProviderPage, ProviderQuery, QueryCard
+from service.workspace.providers import (
+    confluence,
+    github,
+    gitlab,
+    gmail,
+    google_calendar,
+    google_drive,
+    jira,
+    slack,
+)
+from service.workspace.providers._common import check_card
+
+__all__ = ["REGISTRY", "ProviderSpec", "SearchFn", "check_registry"]
+
+SearchFn = Callable[[HttpClient, ProviderQuery], Awaitable[ProviderPage]]
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """What the engine needs of one provider."""
+
+    id: ProviderId
+    card: QueryCard
+    kinds: tuple[Kind, ...]
+    max_text_length: int
+    default_base_url: str
+    search: SearchFn
+
+
+def check_registry(registry: Mapping[ProviderId, ProviderSpec]) -> None:
+    """Raise ValueError unless every provider is registered, in order, with a complete card."""
+    if list(registry) != list(ProviderId):
+        missing = [p.value for p in ProviderId if p not in registry]
+        raise ValueError(f"provider registry must list every provider in order; missing {missing}")
+    for provider_id, spec in registry.items():
+        if spec.id is not provider_id:
+            raise ValueError(f"registry entry {provider_id.value!r} holds {spec.id.value!r}")
+        if not isinstance(spec.card, QueryCard):
+            raise ValueError(f"provider {provider_id.value!r} has no query card")
+        check_card(provider_id.value, spec.card)
+        if spec.max_text_length <= 0:
+            raise ValueError(f"provider {provider_id.value!r} needs a positive max_text_length")
+
+
+REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
+    {
+        ProviderId.GITHUB: ProviderSpec(
+            ProviderId.GITHUB,
+            github.CARD,
+            github.KINDS,
+            github.MAX_TEXT_LENGTH,
+            github.DEFAULT_BASE_URL,
+            github.search,
+        ),
+        ProviderId.GITLAB: ProviderSpec(
+            ProviderId.GITLAB,
+            gitlab.CARD,
+            gitlab.KINDS,
+            gitlab.MAX_TEXT_LENGTH,
+            gitlab.DEFAULT_BASE_URL,
+            gitlab.search,
+        ),
+        ProviderId.SLACK: ProviderSpec(
+            ProviderId.SLACK,
+            slack.CARD,
+            slack.KINDS,
+            slack.MAX_TEXT_LENGTH,
+            slack.DEFAULT_BASE_URL,
+            slack.search,
+        ),
+        ProviderId.GOOGLE_DRIVE: ProviderSpec(
+            ProviderId.GOOGLE_DRIVE,
+            google_drive.CARD,
+            google_drive.KINDS,
+            google_drive.MAX_TEXT_LENGTH,
+            google_drive.DEFAULT_BASE_URL,
+            google_drive.search,
+        ),
+        ProviderId.GMAIL: ProviderSpec(
+            ProviderId.GMAIL,
+            gmail.CARD,
+            gmail.KINDS,
+            gmail.MAX_TEXT_LENGTH,
+            gmail.DEFAULT_BASE_URL,
+            gmail.search,
+        ),
+        ProviderId.GOOGLE_CALENDAR: ProviderSpec(
+            ProviderId.GOOGLE_CALENDAR,
+            google_calendar.CARD,
+            google_calendar.KINDS,
+            google_calendar.MAX_TEXT_LENGTH,
+            google_calendar.DEFAULT_BASE_URL,
+            google_calendar.search,
+        ),
+        ProviderId.JIRA: ProviderSpec(
+            ProviderId.JIRA,
+            jira.CARD,
+            jira.KINDS,
+            jira.MAX_TEXT_LENGTH,
+            jira.DEFAULT_BASE_URL,
+            jira.search,
+        ),
+        ProviderId.CONFLUENCE: ProviderSpec(
+            ProviderId.CONFLUENCE,
+            confluence.CARD,
+            confluence.KINDS,
+            confluence.MAX_TEXT_LENGTH,
+            confluence.DEFAULT_BASE_URL,
+            confluence.search,
+        ),
+    }
+)
+
+check_registry(REGISTRY)

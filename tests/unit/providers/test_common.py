@@ -1,0 +1,80 @@
+"""Shared adapter helpers: cursors, interleaving, settling fan-outs, times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from service.workspace.model import NativeDocument, ProviderError, QueryState
+from service.workspace.providers._common import (
+    LegResult,
+    decode_cursor_map,
+    encode_cursor,
+    has_boolean_operators,
+    interleave,
+    join_messages,
+    make_page_cursor,
+    parse_page_cursor,
+    parse_time,
+    settle,
+)
+
+
+def test_interleave_by_rank() -> None:
+    assert interleave([[1, 2, 3], [10], [20, 21]]) == [1, 10, 20, 2, 21, 3]
+    assert interleave([]) == []
+
+
+def test_page_cursor_round_trip() -> None:
+    assert parse_page_cursor(None, 3) == (1, [0, 1, 2])
+    assert make_page_cursor(2, [0, 1, 2], 3) == "2"
+    assert parse_page_cursor("2", 3) == (2, [0, 1, 2])
+    partial = make_page_cursor(4, [2], 3)
+    assert partial is not None
+    assert parse_page_cursor(partial, 3) == (4, [2])
+    assert make_page_cursor(2, [], 3) is None
+
+
+@pytest.mark.parametrize(
+    "bad", ["x", "{}", '{"p": 2, "l": [7]}', '{"p": 0, "l": [0]}', "[1]", "99999"]
+)
+def test_bad_page_cursor_fails(bad: str) -> None:
+    with pytest.raises(ProviderError) as caught:
+        parse_page_cursor(bad, 3)
+    assert caught.value.state is QueryState.FAILED
+
+
+def test_map_cursor() -> None:
+    assert decode_cursor_map(encode_cursor({"a": "1"})) == {"a": "1"}
+    with pytest.raises(ProviderError):
+        decode_cursor_map('{"a": 1}')
+
+
+def test_settle_keeps_partial_success_and_raises_when_all_fail() -> None:
+    doc = NativeDocument("1", "t", "u")
+    error = ProviderError(QueryState.RATE_LIMITED, "slow down", retry_after=3)
+    legs, messages = settle([("a", LegResult((doc,))), ("b", error)])
+    assert list(legs) == ["a"]
+    assert messages == ["b failed: slow down"]
+    with pytest.raises(ProviderError) as caught:
+        settle([("b", error)])
+    assert caught.value is error
+
+
+def test_messages_join_and_dedupe() -> None:
+    assert join_messages(["a", "", "b.", "a"]) == "a. b."
+
+
+def test_boolean_detection() -> None:
+    assert has_boolean_operators("a OR b")
+    assert not has_boolean_operators("a or b")
+    assert not has_boolean_operators('"a OR b"')
+    assert not has_boolean_operators("label:OR")
+
+
+def test_parse_time_is_utc() -> None:
+    assert parse_time("2024-01-05T10:00:00.000+0100") == datetime(2024, 1, 5, 9, tzinfo=UTC)
+    assert parse_time("2024-01-05T10:00:00") == datetime(2024, 1, 5, 10, tzinfo=UTC)
+    assert parse_time("garbage") is None
+    assert parse_time(None) is None
