@@ -279,7 +279,17 @@ async def _build_servicers(
 
 async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict[str, Any]:
     """Workspace search and accounts (built by service.workspace)."""
-    return {}
+    from service.api.workspace_wiring import build_workspace_servicers, parse_base_urls
+
+    return build_workspace_servicers(
+        settings,
+        store,
+        app.components["signer"],
+        allow_insecure_http=settings.allow_insecure_provider_http,
+        base_url_overrides=parse_base_urls(settings.provider_base_urls),
+        max_rounds_per_page=settings.workspace_max_rounds_per_page,
+        default_timeout=settings.workspace_timeout,
+    )
 
 
 async def serve(settings: Settings, *, ready: Callable[[App], None] | None = None) -> int:

@@ -123,6 +123,18 @@ class Settings:
     search_burst_per_tenant: float = field(
         default=20.0, metadata=_doc("Burst size of the per-tenant search rate limit.")
     )
+    workspace_max_rounds_per_page: int = field(
+        default=3, metadata=_doc("Extra provider fetch rounds per fused page to make it exact.")
+    )
+    workspace_timeout: float = field(
+        default=20.0, metadata=_doc("Seconds a workspace search may take without a deadline.")
+    )
+    allow_insecure_provider_http: bool = field(
+        default=False, metadata=_doc("Allow http:// provider base URLs (tests and demos).")
+    )
+    provider_base_urls: str = field(
+        default="", metadata=_doc("Override provider origins: `slack=https://...,gmail=...`.")
+    )
     readiness_interval: float = field(
         default=5.0, metadata=_doc("Seconds between readiness probes of the database.")
     )
@@ -166,6 +178,8 @@ class Settings:
             ("tls_client_ca_file", not self.tls_client_ca_file or bool(self.tls_cert_file)),
             ("readiness_interval", self.readiness_interval > 0),
             ("search_rate_per_tenant", self.search_rate_per_tenant >= 0),
+            ("workspace_max_rounds_per_page", 0 <= self.workspace_max_rounds_per_page <= 100),
+            ("workspace_timeout", self.workspace_timeout > 0),
         ]
         for name, ok in checks:
             if not ok:

@@ -1,0 +1,145 @@
+"""Workspace search as the servicers call it: list accounts, and search with streamed events.
+
+`WorkspaceEngine.search` validates the whole request before the first event (raising
+service.errors), then yields a `QueryStatus` as each (query, account) settles and one
+`FusedPage` per page (see service.workspace.pager for the order and exactness rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import httpx
+
+from service.ranking.rrf import DEFAULT_K
+from service.ranking.tokens import TokenSigner
+from service.workspace.accounts import AccountManager
+from service.workspace.events import AccountListing, ListedAccount, QueryStatus, SearchEvent
+from service.workspace.fanout import Call, FanoutSettings
+from service.workspace.guidance import guidance_for
+from service.workspace.lists import ListRun
+from service.workspace.model import ProviderId, QueryState
+from service.workspace.pager import Pager, PagerSettings
+from service.workspace.paging import ListState
+from service.workspace.plan import Limits, Plan, SearchRequest, Slot, build_plan
+from service.workspace.providers import REGISTRY, ProviderSpec
+
+__all__ = ["EngineSettings", "WorkspaceEngine"]
+
+NO_ACCOUNT = "no connected {provider} account; connect one with AccountService.ConnectAccount"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Tunables of workspace search (the composition root maps settings onto these)."""
+
+    rrf_k: int = DEFAULT_K
+    query_budget: int = 30  # provider HTTP requests per (query, account) and call
+    account_concurrency: int = 8  # accounts searched at once in one call
+    request_timeout: float = 10.0  # seconds per provider request, capped by the deadline
+    max_response_bytes: int = 4 * 1024 * 1024
+    allow_insecure_http: bool = False  # http:// provider origins (tests and demos only)
+    default_timeout: float = 20.0  # call time budget when the caller sets no deadline
+    deadline_reserve: float = 0.25  # seconds kept back from provider I/O to fuse and reply
+    max_rounds_per_page: int = 3  # extra fetch rounds per page to make the order exact
+    max_queries: int = 32
+
+    def limits(self) -> Limits:
+        """Request limits for the planner."""
+        return Limits(max_queries=self.max_queries, rrf_k=self.rrf_k)
+
+    def fanout(self) -> FanoutSettings:
+        """Provider I/O settings."""
+        return FanoutSettings(
+            query_budget=self.query_budget,
+            account_concurrency=self.account_concurrency,
+            request_timeout=self.request_timeout,
+            max_response_bytes=self.max_response_bytes,
+            allow_insecure_http=self.allow_insecure_http,
+        )
+
+    def pager(self) -> PagerSettings:
+        """Paging settings."""
+        return PagerSettings(rrf_k=self.rrf_k, max_rounds_per_page=self.max_rounds_per_page)
+
+
+class WorkspaceEngine:
+    """Federated search over a tenant's provider accounts."""
+
+    def __init__(
+        self,
+        accounts: AccountManager,
+        signer: TokenSigner,
+        *,
+        registry: Mapping[ProviderId, ProviderSpec] = REGISTRY,
+        settings: EngineSettings = EngineSettings(),
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._accounts = accounts
+        self._signer = signer
+        self._registry = registry
+        self._settings = settings
+        self._transport = transport
+
+    async def list_accounts(
+        self, tenant: str, provider: ProviderId | None = None
+    ) -> AccountListing:
+        """The tenant's accounts with cards, and guidance for providers of connected ones."""
+        views = await self._accounts.list_accounts(tenant, provider)
+        listed = []
+        for view in views:
+            spec = self._registry[view.account.provider]
+            card = None if view.account.needs_reconnect else spec.card
+            listed.append(ListedAccount(view, spec.kinds, card))
+        connected = {v.account.provider for v in views if not v.account.needs_reconnect}
+        return AccountListing(tuple(listed), guidance_for(connected, self._registry))
+
+    async def search(
+        self, tenant: str, request: SearchRequest, *, deadline: float | None = None
+    ) -> AsyncGenerator[SearchEvent]:
+        """Validate, then stream statuses and fused pages; `deadline` is absolute loop time."""
+        snapshot = await self._accounts.snapshot(tenant)
+        plan = build_plan(
+            tenant, request, snapshot.accounts, self._registry, self._signer,
+            self._settings.limits(),
+        )
+        first_page = plan.resume.page_number if plan.resume else 1
+        for query_index, provider in plan.unmatched:
+            yield QueryStatus(
+                query_index=query_index,
+                account_id="",
+                provider=provider,
+                state=QueryState.NEEDS_RECONNECT,
+                message=NO_ACCOUNT.format(provider=provider.value),
+                page_number=first_page,
+            )
+        runs = [
+            ListRun(slot, self._start(plan, slot), self._registry[slot.account.provider])
+            for slot in plan.slots
+        ]
+        call = Call(
+            tenant, snapshot, self._accounts, self._settings.fanout(),
+            self._provider_deadline(deadline), transport=self._transport,
+        )
+        try:
+            pager = Pager(plan, runs, call, self._signer, self._registry, self._settings.pager())
+            async with aclosing(pager.events()) as events:
+                async for event in events:
+                    yield event
+        finally:
+            await call.aclose()
+
+    def _provider_deadline(self, deadline: float | None) -> float:
+        now = asyncio.get_running_loop().time()
+        end = deadline if deadline is not None else now + self._settings.default_timeout
+        reserve = min(self._settings.deadline_reserve, 0.2 * max(0.0, end - now))
+        return end - reserve
+
+    @staticmethod
+    def _start(plan: Plan, slot: Slot) -> ListState:
+        if plan.resume is not None:
+            return plan.resume.lists[slot.index]
+        return slot.start or ListState(limit=plan.top_k)

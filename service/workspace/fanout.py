@@ -1,0 +1,169 @@
+"""Provider I/O of one search call: one HTTP session per account, queries run concurrently.
+
+Each account's queries share its session and run together (asyncio.TaskGroup); accounts run
+concurrently up to a bound. Every query has its own request budget for the whole call, and
+every request's timeout is capped by the call's deadline. A failing query never fails the
+call: provider errors become its state, anything else becomes FAILED (and is logged).
+Cancelling the consumer cancels every request in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from service.workspace.accounts import AccountManager, AccountSnapshot
+from service.workspace.http import AccountSession
+from service.workspace.lists import ListRun, Vote
+from service.workspace.model import Account, ProviderError, QueryState
+
+__all__ = ["Call", "FanoutSettings"]
+
+log = logging.getLogger(__name__)
+
+UNEXPECTED = "provider search failed unexpectedly; try again later"
+SEALED = "stored credentials cannot be opened; reconnect the account"
+
+
+@dataclass(frozen=True)
+class FanoutSettings:
+    """Limits of provider I/O."""
+
+    query_budget: int = 30  # provider HTTP requests per query and account, per call
+    account_concurrency: int = 8
+    request_timeout: float = 10.0
+    max_response_bytes: int = 4 * 1024 * 1024
+    allow_insecure_http: bool = False  # http:// provider origins (tests, demos)
+
+
+class Call:
+    """The provider I/O of one search call; close it with `aclose`."""
+
+    def __init__(
+        self,
+        tenant: str,
+        snapshot: AccountSnapshot,
+        accounts: AccountManager,
+        settings: FanoutSettings,
+        deadline: float,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.deadline = deadline
+        self._tenant = tenant
+        self._snapshot = snapshot
+        self._accounts = accounts
+        self._settings = settings
+        self._transport = transport
+        self._sessions: dict[str, AccountSession | ProviderError] = {}
+        self._marked: set[str] = set()
+        self._gate = asyncio.Semaphore(settings.account_concurrency)
+
+    def time_left(self) -> float:
+        """Seconds before the provider deadline."""
+        return self.deadline - asyncio.get_running_loop().time()
+
+    async def fetch(self, runs: Sequence[ListRun]) -> AsyncGenerator[tuple[ListRun, list[Vote]]]:
+        """Fetch the next page of every run; yield each run with its new votes as it settles."""
+        queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None] = asyncio.Queue()
+        producer = asyncio.create_task(self._fetch_all(runs, queue))
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+            await producer
+        finally:
+            if not producer.done():
+                producer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await producer
+
+    async def aclose(self) -> None:
+        """Close every session of the call."""
+        sessions = [s for s in self._sessions.values() if isinstance(s, AccountSession)]
+        self._sessions.clear()
+        await asyncio.gather(*(s.aclose() for s in sessions), return_exceptions=True)
+
+    async def _fetch_all(
+        self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
+    ) -> None:
+        by_account: dict[str, list[ListRun]] = {}
+        for run in runs:
+            by_account.setdefault(run.slot.account.account_id, []).append(run)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for account_runs in by_account.values():
+                    group.create_task(self._account(account_runs, queue))
+        finally:
+            queue.put_nowait(None)
+
+    async def _account(
+        self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
+    ) -> None:
+        async with self._gate, asyncio.TaskGroup() as group:
+            for run in runs:
+                group.create_task(self._one(run, queue))
+
+    async def _one(
+        self, run: ListRun, queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
+    ) -> None:
+        votes: list[Vote] = []
+        try:
+            if run.http is None:
+                session = self._session(run.slot.account)
+                run.http = session.for_query(
+                    budget=self._settings.query_budget, deadline=self.deadline
+                )
+            page = await run.spec.search(run.http, run.provider_query())
+        except ProviderError as error:
+            run.fail(error)
+        except Exception:
+            log.exception("provider %s search failed", run.spec.id.value)
+            run.fail(ProviderError(QueryState.FAILED, UNEXPECTED))
+        else:
+            votes = run.accept(page)
+        await self._track_reconnect(run)
+        queue.put_nowait((run, votes))
+
+    def _session(self, account: Account) -> AccountSession:
+        known = self._sessions.get(account.account_id)
+        if isinstance(known, ProviderError):
+            raise known
+        if known is not None:
+            return known
+        try:
+            try:
+                credentials = self._snapshot.credentials(account)
+            except ValueError:
+                raise ProviderError(QueryState.NEEDS_RECONNECT, SEALED) from None
+            session = AccountSession(
+                account,
+                credentials,
+                request_timeout=self._settings.request_timeout,
+                max_response_bytes=self._settings.max_response_bytes,
+                allow_insecure_http=self._settings.allow_insecure_http,
+                transport=self._transport,
+            )
+        except ProviderError as error:
+            self._sessions[account.account_id] = error
+            raise
+        self._sessions[account.account_id] = session
+        return session
+
+    async def _track_reconnect(self, run: ListRun) -> None:
+        """Flag the account after a 401/403; clear the flag after a success."""
+        account = run.slot.account
+        refused = run.state is QueryState.NEEDS_RECONNECT
+        cleared = bool(run.pages) and account.needs_reconnect
+        if account.account_id in self._marked or not (refused or cleared):
+            return
+        self._marked.add(account.account_id)
+        try:
+            await self._accounts.mark_reconnect(self._tenant, account.account_id, refused)
+        except Exception:
+            log.warning("could not record the reconnect state of account %s", account.account_id,
+                        exc_info=True)

@@ -1,0 +1,187 @@
+"""Per-call state of result lists: one ListRun per (query, account), and the fusion over them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from service.ranking import rrf
+from service.workspace.http import HttpClient
+from service.workspace.model import (
+    NativeDocument,
+    ProviderError,
+    ProviderId,
+    ProviderPage,
+    ProviderQuery,
+    QueryState,
+)
+from service.workspace.paging import FetchedPage, ListState, short_id
+from service.workspace.plan import Slot
+from service.workspace.providers import ProviderSpec
+from service.workspace.providers._common import join_messages
+
+__all__ = ["PREVIEW_CHARS", "Fusion", "ListRun", "Vote", "fusion_key", "preview", "result_id"]
+
+PREVIEW_CHARS = 1800
+
+
+def fusion_key(provider: ProviderId, account_id: str, doc: NativeDocument) -> str:
+    """Identity for fusion: a provider dedupe key fuses across accounts, else url or id does not."""
+    if doc.dedupe_key:
+        return f"{provider.value}\x1f*\x1f{doc.dedupe_key}"
+    return f"{provider.value}\x1f{account_id}\x1f{doc.url or doc.id}"
+
+
+def result_id(key: str) -> str:
+    """Stable public id of a fused result (also the tie-breaker of the fused order)."""
+    return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def preview(content: str, text: str, size: int = PREVIEW_CHARS) -> str:
+    """At most `size` characters of content, centred on the longest query word it contains."""
+    if len(content) <= size:
+        return content
+    lowered = content.casefold()
+    words = sorted((w for w in text.casefold().split() if len(w) > 2), key=len, reverse=True)
+    at = next((lowered.find(w) for w in words if lowered.find(w) >= 0), 0)
+    start = max(0, min(at - size // 2, len(content) - size))
+    return content[start : start + size]
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A result seen for the first time in a list: its fused identity, rank and document."""
+
+    key: str  # result id
+    short: str
+    rank: int
+    doc: NativeDocument
+
+
+class ListRun:
+    """One (query, account) list during a call: fetched pages, votes and status."""
+
+    def __init__(self, slot: Slot, start: ListState, spec: ProviderSpec) -> None:
+        self.slot = slot
+        self.start = start
+        self.spec = spec
+        self.pages: list[FetchedPage] = []
+        self.next_cursor = start.cursor
+        self.exhausted = start.exhausted
+        self.fetched = start.offset  # results known so far (rank of the last one)
+        self.stopped = False  # an error ended fetching for this call
+        self.http: HttpClient | None = None
+        self.state: QueryState | None = QueryState.OK if start.exhausted else None
+        self.messages: list[str] = ["no more results"] if start.exhausted else []
+        self.partial = False
+        self.retry_after: float | None = None
+        self.total: int | None = None
+        self.total_is_exact = False
+        self.contributed = start.emitted
+        self._undated = 0
+        self._voted: set[str] = set()
+
+    @property
+    def fetchable(self) -> bool:
+        """True while the list may hold more and fetching has not failed in this call."""
+        return not self.exhausted and not self.stopped
+
+    @property
+    def message(self) -> str:
+        """Joined status sentences."""
+        extra = []
+        if self._undated:
+            extra.append(f"{self._undated} results without a date were excluded by the time range")
+        return join_messages([*self.messages, *extra])
+
+    def provider_query(self) -> ProviderQuery:
+        """The provider query for the next page of this list."""
+        query = self.slot.query
+        return ProviderQuery(query.text, query.kind, query.time_range, query.project,
+                             self.start.limit, self.next_cursor)
+
+    def accept(self, page: ProviderPage) -> list[Vote]:
+        """Record a fetched page; returns the votes of results new to this list."""
+        kept = self._in_range(page.documents)
+        account = self.slot.account
+        keys = [result_id(fusion_key(account.provider, account.account_id, d)) for d in kept]
+        shorts = [short_id(key) for key in keys]
+        first_page = not self.pages
+        cursor_used = self.next_cursor
+        next_cursor = page.next_cursor if page.next_cursor != cursor_used else None
+        self.pages.append(FetchedPage(cursor_used, self.fetched, tuple(shorts), next_cursor))
+        votes: list[Vote] = []
+        for position, (key, short, doc) in enumerate(zip(keys, shorts, kept, strict=True)):
+            rank = self.fetched + position + 1
+            done = (first_page and position < self.start.skip) or short in self.start.seen
+            if key not in self._voted and not done:
+                votes.append(Vote(key, short, rank, doc))
+            self._voted.add(key)
+        self.fetched += len(kept)
+        self.next_cursor = next_cursor
+        self.exhausted = next_cursor is None
+        self._settle_ok(page)
+        return votes
+
+    def _in_range(self, documents: Iterable[NativeDocument]) -> list[NativeDocument]:
+        usable = [d for d in documents if d.id or d.url]
+        time_range = self.slot.query.time_range
+        if not time_range.is_set:
+            return usable
+        self._undated += sum(1 for d in usable if d.source_date is None)
+        return [d for d in usable if time_range.contains(d.source_date)]
+
+    def _settle_ok(self, page: ProviderPage) -> None:
+        if self.state is None:
+            self.state = QueryState.OK
+        if page.total is not None:
+            self.total, self.total_is_exact = page.total, page.total_is_exact
+        self.partial = self.partial or page.partial or bool(self._undated)
+        skipped = [f"skipped {leg}: {why}" for leg, why in page.skipped_legs.items()]
+        for sentence in [page.message, *skipped]:
+            if sentence and sentence not in self.messages:
+                self.messages.append(sentence)
+
+    def fail(self, error: ProviderError) -> None:
+        """Record a failed fetch: the query's state when nothing was fetched, else partial."""
+        self.stopped = True
+        if self.state is None:
+            self.state = error.state
+            self.retry_after = error.retry_after
+            self.messages.append(error.message)
+            return
+        self.partial = True
+        self.messages.append(f"stopped after {len(self.pages)} pages: {error.message}")
+
+
+class Fusion:
+    """Votes of every list of the call, and which fused results were emitted."""
+
+    def __init__(self, k: int, emitted: Iterable[str] = ()) -> None:
+        self.k = k
+        self.emitted: set[str] = set(emitted)
+        self._votes: dict[str, list[rrf.Contribution]] = {}
+        self._docs: dict[str, dict[int, NativeDocument]] = {}
+        self._short: dict[str, str] = {}
+
+    def add(self, list_index: int, votes: Sequence[Vote]) -> None:
+        """Add one list's new votes."""
+        for vote in votes:
+            term = rrf.term(vote.rank, self.k)
+            self._votes.setdefault(vote.key, []).append(
+                rrf.Contribution(list_index, vote.rank, term)
+            )
+            self._docs.setdefault(vote.key, {})[list_index] = vote.doc
+            self._short[vote.key] = vote.short
+
+    def candidates(self) -> dict[str, list[rrf.Contribution]]:
+        """Fused results seen but not yet emitted, with their votes."""
+        return {k: v for k, v in self._votes.items() if self._short[k] not in self.emitted}
+
+    def take(self, key: str) -> tuple[list[rrf.Contribution], NativeDocument, int]:
+        """Mark a result emitted; its votes, best document and the list of that document."""
+        self.emitted.add(self._short[key])
+        votes = sorted(self._votes[key])
+        best = min(votes, key=lambda c: (c.rank, c.list_index))
+        return votes, self._docs[key][best.list_index], best.list_index

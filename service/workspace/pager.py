@@ -1,0 +1,231 @@
+"""Fused pages of one search call, with the threshold rule that keeps paging exact.
+
+A result is emitted only when no other result, seen or not, can still outrank it once every
+list is read to its end (see `rrf.ready_keys`). Otherwise the lists with the largest bound
+term are read one provider page further, within the per-page round limit, the request budget
+and the deadline; when those run out the best results so far are emitted and the page says
+`ranking_is_exact = false`.
+
+Statuses: each (query, account) gets one status as its first fetch of the call settles;
+before each page, a fresh status is streamed for every list whose status changed (result
+count, cursor, state), tagged with that page's number. The last status received for a
+(query_index, account_id) is current.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+
+from service.ranking import rrf
+from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner
+from service.workspace.events import (
+    FusedPage,
+    FusedResult,
+    QueryStatus,
+    ResultContribution,
+    SearchEvent,
+)
+from service.workspace.fanout import Call
+from service.workspace.guidance import ProviderCard, cards_for
+from service.workspace.lists import Fusion, ListRun, preview
+from service.workspace.model import ProviderId, QueryState
+from service.workspace.paging import (
+    ListState,
+    PageState,
+    cursor_binding,
+    encode_cursor,
+    encode_page_token,
+    resume_state,
+)
+from service.workspace.plan import Plan
+from service.workspace.providers import ProviderSpec
+
+__all__ = ["Pager", "PagerSettings"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PagerSettings:
+    """How hard a page tries to be exact."""
+
+    rrf_k: int = rrf.DEFAULT_K
+    max_rounds_per_page: int = 3  # extra fetch rounds per fused page
+    min_round_seconds: float = 0.05  # no new fetch round with less time left than this
+
+
+class Pager:
+    """Streams statuses and fused pages for one planned search."""
+
+    def __init__(
+        self, plan: Plan, runs: Sequence[ListRun], call: Call, signer: TokenSigner,
+        registry: Mapping[ProviderId, ProviderSpec], settings: PagerSettings,
+    ) -> None:
+        self._plan = plan
+        self._runs = list(runs)
+        self._call = call
+        self._signer = signer
+        self._registry = registry
+        self._settings = settings
+        resume = plan.resume
+        self._fusion = Fusion(settings.rrf_k, resume.emitted if resume else ())
+        self._page_number = resume.page_number if resume else 1
+        self._sent: dict[int, QueryStatus] = {}
+
+    async def events(self) -> AsyncGenerator[SearchEvent]:
+        """Statuses as lists settle, then up to `max_pages` fused pages."""
+        for run in self._runs:
+            if run.exhausted:
+                yield self._status_once(run)
+        async with aclosing(self._call.fetch([r for r in self._runs if r.fetchable])) as settled:
+            async for run, votes in settled:
+                self._fusion.add(run.slot.index, votes)
+                yield self._status_once(run)
+        for _ in range(self._plan.max_pages):
+            page, best_effort = await self._fill_page()
+            done = not self._fusion.candidates() and all(r.exhausted for r in self._runs)
+            token = "" if done or not page else self._page_token()
+            for run in self._runs:
+                status = self._status(run)
+                if self._changed(run, status):
+                    yield status
+            yield self._page(page, token, best_effort)
+            self._page_number += 1
+            if not token:
+                return
+
+    async def _fill_page(self) -> tuple[list[FusedResult], bool]:
+        """Emit up to top_k results, reading further when the order is not yet certain."""
+        results: list[FusedResult] = []
+        best_effort = False
+        rounds = 0
+        while len(results) < self._plan.top_k:
+            want = self._plan.top_k - len(results)
+            candidates = self._fusion.candidates()
+            open_terms = {
+                r.slot.index: rrf.term(r.fetched + 1, self._settings.rrf_k)
+                for r in self._runs if r.fetchable
+            }
+            ready = rrf.ready_keys(candidates, open_terms, want)
+            if not ready and open_terms and self._may_fetch(rounds):
+                await self._fetch_round(open_terms)
+                rounds += 1
+                continue
+            if not ready:
+                ready = rrf.best_keys(candidates, want)
+                best_effort = best_effort or bool(ready)
+            if not ready:
+                break
+            results.extend(self._take(key) for key in ready)
+        return results, best_effort
+
+    def _may_fetch(self, rounds: int) -> bool:
+        return (
+            rounds < self._settings.max_rounds_per_page
+            and self._call.time_left() > self._settings.min_round_seconds
+        )
+
+    async def _fetch_round(self, open_terms: dict[int, float]) -> None:
+        widest = max(open_terms.values())
+        batch = [r for r in self._runs if open_terms.get(r.slot.index) == widest]
+        async with aclosing(self._call.fetch(batch)) as settled:
+            async for run, votes in settled:
+                self._fusion.add(run.slot.index, votes)
+
+    def _take(self, key: str) -> FusedResult:
+        votes, doc, best_list = self._fusion.take(key)
+        contributions = []
+        for vote in votes:
+            run = self._runs[vote.list_index]
+            run.contributed += 1
+            contributions.append(ResultContribution(
+                run.slot.query_index, run.slot.account.account_id, vote.rank, vote.score
+            ))
+        best = self._runs[best_list].slot
+        return FusedResult(
+            result_id=key,
+            provider=best.account.provider,
+            account_id=best.account.account_id,
+            kind=doc.kind,
+            title=doc.title,
+            url=doc.url,
+            snippet=preview(doc.content, best.query.text),
+            author=doc.author,
+            container=doc.container,
+            update_time=doc.modified_at,
+            event_start_time=doc.event_start_at,
+            score=rrf.total(vote.score for vote in votes),
+            contributions=tuple(contributions),
+        )
+
+    def _resume(self, run: ListRun) -> ListState:
+        return resume_state(run.start, run.pages, self._fusion.emitted, run.contributed)
+
+    def _page_token(self) -> str:
+        state = PageState(
+            tuple(replace(self._resume(r), seen=frozenset()) for r in self._runs),
+            frozenset(self._fusion.emitted),
+            self._page_number + 1,
+        )
+        token = encode_page_token(self._signer, self._plan.binding, state)
+        if len(token) > MAX_TOKEN_CHARS:
+            log.warning("page token too large (%d chars); paging stops here", len(token))
+            return ""
+        return token
+
+    def _cursor(self, run: ListRun) -> str:
+        slot = run.slot
+        binding = cursor_binding(
+            self._plan.tenant, slot.account.provider, slot.account.account_id, slot.query.text,
+            slot.query.kind, slot.query.time_range, slot.query.project,
+        )
+        return encode_cursor(self._signer, binding, self._resume(run))
+
+    def _status(self, run: ListRun) -> QueryStatus:
+        slot = run.slot
+        return QueryStatus(
+            query_index=slot.query_index,
+            account_id=slot.account.account_id,
+            provider=slot.account.provider,
+            state=run.state or QueryState.OK,
+            message=run.message,
+            partial=run.partial,
+            retry_after=run.retry_after,
+            total=run.total,
+            total_is_exact=run.total_is_exact,
+            result_count=run.contributed,
+            next_cursor=self._cursor(run),
+            page_number=self._page_number,
+        )
+
+    def _status_once(self, run: ListRun) -> QueryStatus:
+        status = self._status(run)
+        self._sent[run.slot.index] = status
+        return status
+
+    def _changed(self, run: ListRun, status: QueryStatus) -> bool:
+        before = self._sent.get(run.slot.index)
+        if before is not None and replace(before, page_number=status.page_number) == status:
+            return False
+        self._sent[run.slot.index] = status
+        return True
+
+    def _cards(self) -> tuple[ProviderCard, ...]:
+        searched = {r.slot.account.provider for r in self._runs
+                    if r.state is not QueryState.NEEDS_RECONNECT}
+        return cards_for(searched, self._registry)
+
+    def _page(self, results: Sequence[FusedResult], token: str, best_effort: bool) -> FusedPage:
+        degraded = any(r.state is not QueryState.OK or r.partial for r in self._runs)
+        return FusedPage(
+            results=tuple(results),
+            next_page_token=token,
+            page_number=self._page_number,
+            cards=self._cards(),
+            ranking_is_exact=not (best_effort or degraded),
+            rrf_k=self._settings.rrf_k,
+        )
+

@@ -1,0 +1,319 @@
+"""Validation of a workspace search and its expansion into (query, account) slots.
+
+Every rule breaks the whole request (INVALID_ARGUMENT) with one field violation per offending
+query. An `account_id` the caller does not own is reported like a malformed one
+(`queries[i].account_id`: unknown account), which reveals nothing about other tenants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from service.errors import (
+    FieldViolation,
+    InvalidArgument,
+    InvalidPageToken,
+    ResourceExhausted,
+    ServiceError,
+)
+from service.ranking.rrf import RRF_VERSION
+from service.ranking.tokens import TokenSigner, fingerprint
+from service.timerange import TimeRange
+from service.workspace.model import Account, Kind, ProviderId
+from service.workspace.paging import (
+    ListState,
+    PageState,
+    cursor_binding,
+    decode_cursor,
+    decode_page_token,
+    page_binding,
+)
+from service.workspace.providers import ProviderSpec
+
+__all__ = ["Limits", "NativeQuery", "Plan", "SearchRequest", "Slot", "build_plan", "normalise"]
+
+_WHITESPACE = re.compile(r"\s+")
+_KINDED = frozenset({ProviderId.GITHUB, ProviderId.GITLAB})
+TOKEN_REASON = InvalidPageToken.reason
+
+
+@dataclass(frozen=True)
+class NativeQuery:
+    """One native query as the caller sent it (provider None: unspecified or unknown)."""
+
+    provider: ProviderId | None
+    text: str = ""
+    account_id: str = ""
+    kind: Kind | None = None
+    time_range: TimeRange = field(default_factory=TimeRange)
+    project: str = ""
+    cursor: str = ""
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A workspace search request (0 = default for `top_k` and `max_pages`)."""
+
+    queries: tuple[NativeQuery, ...]
+    top_k: int = 0
+    page_token: str = ""
+    max_pages: int = 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request limits (see DESIGN.md section 4)."""
+
+    max_queries: int = 32
+    per_account: int = 4
+    default_top_k: int = 10
+    max_top_k: int = 50
+    max_pages: int = 10
+    max_project_chars: int = 300
+    max_cursor_chars: int = 4000
+    rrf_k: int = 60
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One query on one account: one ranked result list."""
+
+    index: int  # position in Plan.slots (the list index for fusion)
+    query_index: int
+    query: NativeQuery  # normalised: stripped text, kind None where the provider has no kinds
+    account: Account
+    start: ListState | None  # from the query's cursor
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated search: its slots, queries that reached no account, and resume state."""
+
+    tenant: str
+    top_k: int
+    max_pages: int
+    slots: tuple[Slot, ...]
+    unmatched: tuple[tuple[int, ProviderId], ...]  # (query_index, provider) with no account
+    binding: str  # what page tokens of this request are bound to
+    resume: PageState | None  # decoded page token
+
+
+def normalise(text: str) -> str:
+    """Stripped text with runs of whitespace collapsed to one space."""
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+class _Violations:
+    def __init__(self) -> None:
+        self.items: list[FieldViolation] = []
+        self.bad_queries: set[int] = set()
+
+    def add(self, index: int | None, path: str, description: str, reason: str = "") -> None:
+        if index is not None:
+            if index in self.bad_queries:
+                return  # one violation per offending query
+            self.bad_queries.add(index)
+        self.items.append(FieldViolation(path, description, reason))
+
+    def raise_if_any(self) -> None:
+        if not self.items:
+            return
+        first = self.items[0]
+        message = f"{first.field}: {first.description}"
+        if len(self.items) > 1:
+            message += f" (and {len(self.items) - 1} more)"
+        if all(v.reason == TOKEN_REASON for v in self.items):
+            raise InvalidPageToken(message, violations=self.items)
+        raise InvalidArgument(message, violations=self.items)
+
+
+def _check_query(
+    query: NativeQuery, registry: Mapping[ProviderId, ProviderSpec], limits: Limits
+) -> tuple[str, str] | None:
+    """(field suffix, description) of the first problem of one query, or None."""
+    spec = registry.get(query.provider) if query.provider else None
+    if spec is None:
+        return "provider", "unknown or missing provider"
+    if query.kind is not None and spec.kinds and query.kind not in spec.kinds:
+        return "kind", f"{spec.id.value} does not support kind {query.kind.value}"
+    if len(query.text) > spec.max_text_length:
+        return "text", f"longer than {spec.max_text_length} characters for {spec.id.value}"
+    if not normalise(query.text) and not query.time_range.is_set:
+        return "text", "empty text needs a time_range"
+    tr = query.time_range
+    if tr.start is not None and tr.end is not None and tr.start >= tr.end:
+        return "time_range", "start_time must be before end_time"
+    if len(query.project) > limits.max_project_chars:
+        return "project", f"longer than {limits.max_project_chars} characters"
+    if len(query.cursor) > limits.max_cursor_chars:
+        return "cursor", f"longer than {limits.max_cursor_chars} characters"
+    return None
+
+
+def _normalised(query: NativeQuery, spec: ProviderSpec) -> NativeQuery:
+    kind = query.kind if spec.kinds else None
+    return replace(query, text=normalise(query.text), kind=kind, project=query.project.strip())
+
+
+def _resolve(
+    tenant: str, index: int, query: NativeQuery, accounts: Sequence[Account],
+    signer: TokenSigner, violations: _Violations,
+) -> tuple[tuple[Account, ...], ListState | None] | None:
+    """Target accounts of a query and its cursor state; None after recording a violation."""
+    assert query.provider is not None
+    mine = tuple(a for a in accounts if a.provider is query.provider)
+    if query.account_id:
+        mine = tuple(a for a in mine if a.account_id == query.account_id)
+        if not mine:
+            violations.add(index, f"queries[{index}].account_id", "unknown account")
+            return None
+    if not query.cursor:
+        return mine, None
+    path = f"queries[{index}].cursor"
+    error: ServiceError = InvalidPageToken.field(path, "cursor belongs to no account of this query")
+    for account in mine:
+        binding = cursor_binding(tenant, query.provider, account.account_id, query.text,
+                                 query.kind, query.time_range, query.project)
+        try:
+            return (account,), decode_cursor(signer, binding, query.cursor, path)
+        except InvalidPageToken as failure:
+            error = failure
+    violations.add(index, path, error.violations[0].description, TOKEN_REASON)
+    return None
+
+
+@dataclass(frozen=True)
+class _Checked:
+    index: int
+    provider: ProviderId
+    query: NativeQuery
+    targets: tuple[Account, ...]
+    start: ListState | None
+
+
+def _dedupe_key(query: NativeQuery) -> tuple[object, ...]:
+    tr = query.time_range
+    return (query.provider, query.text.casefold(), query.kind, query.project, tr.start, tr.end)
+
+
+def _overlaps(a: _Checked, b: _Checked) -> bool:
+    if a.provider is not b.provider:
+        return False
+    ids_a = {t.account_id for t in a.targets} if a.query.account_id or a.start else None
+    ids_b = {t.account_id for t in b.targets} if b.query.account_id or b.start else None
+    return ids_a is None or ids_b is None or bool(ids_a & ids_b)
+
+
+def _kind_clash(item: _Checked, earlier: Sequence[_Checked]) -> bool:
+    if item.provider not in _KINDED:
+        return False
+    for other in earlier:
+        kinds = (item.query.kind, other.query.kind)
+        if _overlaps(item, other) and (None in kinds or kinds[0] == kinds[1]):
+            return True
+    return False
+
+
+def _load(item: _Checked, earlier: Sequence[_Checked]) -> int:
+    """Queries already on the busiest account this query targets."""
+    per_account: dict[str, int] = defaultdict(int)
+    for other in earlier:
+        if _overlaps(item, other):
+            for account in other.targets:
+                per_account[account.account_id] += 1
+    untargeted = sum(1 for o in earlier if _overlaps(item, o) and not o.targets)
+    return untargeted + max(per_account.values(), default=0)
+
+
+def _cross_checks(checked: Sequence[_Checked], limits: Limits, violations: _Violations) -> None:
+    """Duplicates, one query per kind (GitHub, GitLab) and the per-account cap, left to right."""
+    accepted: list[_Checked] = []
+    seen: set[tuple[object, ...]] = set()
+    for item in checked:
+        i = item.index
+        key = _dedupe_key(item.query)
+        if key in seen:
+            violations.add(i, f"queries[{i}]", "duplicate query (same provider, text and kind)")
+        elif _kind_clash(item, accepted):
+            violations.add(
+                i, f"queries[{i}].kind",
+                "GitHub and GitLab take one query per kind per account, and a query without a "
+                "kind excludes any other; join alternatives with OR (GitHub code search has "
+                "no OR: search code alternatives in another call)",
+            )
+        elif _load(item, accepted) >= limits.per_account:
+            violations.add(
+                i, f"queries[{i}]",
+                f"at most {limits.per_account} queries per account; a query without an "
+                "account_id counts toward every account of its provider",
+            )
+        else:
+            accepted.append(item)
+            seen.add(key)
+
+
+def _top_level(request: SearchRequest, limits: Limits, violations: _Violations) -> None:
+    if not request.queries:
+        violations.add(None, "queries", "at least one query is required")
+    if not 0 <= request.top_k <= limits.max_top_k:
+        violations.add(None, "top_k", f"must be between 1 and {limits.max_top_k} (0 = default)")
+    if not 0 <= request.max_pages <= limits.max_pages:
+        violations.add(None, "max_pages", f"must be between 1 and {limits.max_pages} (0 = 1)")
+
+
+def _fingerprint(top_k: int, limits: Limits, checked: Sequence[_Checked],
+                 slots: Sequence[Slot]) -> str:
+    queries = [
+        [c.index, c.provider.value, c.query.account_id, c.query.text,
+         c.query.kind.value if c.query.kind else None, str(c.query.time_range.start),
+         str(c.query.time_range.end), c.query.project, c.query.cursor]
+        for c in checked
+    ]
+    lists = [[s.query_index, s.account.account_id] for s in slots]
+    return fingerprint(RRF_VERSION, limits.rrf_k, top_k, queries, lists)
+
+
+def build_plan(
+    tenant: str,
+    request: SearchRequest,
+    accounts: Sequence[Account],
+    registry: Mapping[ProviderId, ProviderSpec],
+    signer: TokenSigner,
+    limits: Limits = Limits(),
+) -> Plan:
+    """Validate `request` against the tenant's accounts (in display order) and expand it."""
+    if len(request.queries) > limits.max_queries:
+        raise ResourceExhausted(
+            f"at most {limits.max_queries} queries per request",
+            metadata={"limit": str(limits.max_queries), "field": "queries"},
+        )
+    violations = _Violations()
+    _top_level(request, limits, violations)
+    checked: list[_Checked] = []
+    for index, raw in enumerate(request.queries):
+        problem = _check_query(raw, registry, limits)
+        if problem is not None:
+            violations.add(index, f"queries[{index}].{problem[0]}", problem[1])
+            continue
+        assert raw.provider is not None
+        query = _normalised(raw, registry[raw.provider])
+        resolved = _resolve(tenant, index, query, accounts, signer, violations)
+        if resolved is not None:
+            checked.append(_Checked(index, raw.provider, query, *resolved))
+    _cross_checks(checked, limits, violations)
+    violations.raise_if_any()
+    top_k = request.top_k or limits.default_top_k
+    slots = tuple(
+        Slot(0, c.index, c.query, account, c.start) for c in checked for account in c.targets
+    )
+    slots = tuple(replace(slot, index=i) for i, slot in enumerate(slots))
+    unmatched = tuple((c.index, c.provider) for c in checked if not c.targets)
+    binding = page_binding(tenant, _fingerprint(top_k, limits, checked, slots))
+    resume = (
+        decode_page_token(signer, binding, request.page_token, len(slots))
+        if request.page_token else None
+    )
+    return Plan(tenant, top_k, request.max_pages or 1, slots, unmatched, binding, resume)

@@ -1,0 +1,133 @@
+"""Property tests of reciprocal rank fusion (service.ranking.rrf)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.ranking import rrf
+
+KEYS = st.sampled_from([f"k{i:02d}" for i in range(30)])
+LISTS = st.lists(st.lists(KEYS, max_size=25), max_size=6)
+
+
+def _pairs(fused: list[rrf.Fused]) -> list[tuple[str, float]]:
+    return [(item.key, item.score) for item in fused]
+
+
+def test_two_queries_returning_a_document_rank_it_first() -> None:
+    fused = rrf.fuse([["m1", "m2"], ["m3", "m2"]])
+    assert [item.key for item in fused] == ["m2", "m1", "m3"]
+    assert fused[0].score == rrf.total([1 / 62, 1 / 62])
+    assert [(c.list_index, c.rank) for c in fused[0].contributions] == [(0, 2), (1, 2)]
+
+
+def test_repeat_within_one_list_scores_once_at_best_rank() -> None:
+    fused = {item.key: item for item in rrf.fuse([["a", "b", "a", "a"]])}
+    assert fused["a"].score == 1 / 61
+    assert fused["a"].contributions == (rrf.Contribution(0, 1, 1 / 61),)
+    assert fused["b"].contributions[0].rank == 2  # ranks are positions in the list
+
+
+def test_k_is_configurable() -> None:
+    assert rrf.fuse([["a"]], k=0)[0].score == 1.0
+    assert rrf.term(3, k=10) == 1 / 13
+
+
+@given(st.data())
+def test_order_of_lists_does_not_matter(data: st.DataObject) -> None:
+    lists = data.draw(LISTS)
+    shuffled = data.draw(st.permutations(lists))
+    assert _pairs(rrf.fuse(shuffled)) == _pairs(rrf.fuse(lists))
+
+
+@given(LISTS)
+def test_each_key_votes_once_per_list_at_its_first_position(lists: list[list[str]]) -> None:
+    for item in rrf.fuse(lists):
+        indexes = [c.list_index for c in item.contributions]
+        assert len(indexes) == len(set(indexes))
+        for contribution in item.contributions:
+            assert lists[contribution.list_index].index(item.key) + 1 == contribution.rank
+            assert contribution.score == rrf.term(contribution.rank)
+        assert item.score == rrf.total(c.score for c in item.contributions)
+
+
+@given(LISTS)
+def test_ties_break_by_key_and_order_is_total(lists: list[list[str]]) -> None:
+    fused = rrf.fuse(lists)
+    for before, after in itertools.pairwise(fused):
+        assert before.score > after.score or (
+            before.score == after.score and before.key < after.key
+        )
+    assert rrf.fuse(lists) == fused  # deterministic
+
+
+@given(LISTS)
+def test_equal_rank_multisets_give_identical_scores(lists: list[list[str]]) -> None:
+    fused = rrf.fuse(lists)
+    by_ranks: dict[tuple[int, ...], float] = {}
+    for item in fused:
+        ranks = tuple(sorted(c.rank for c in item.contributions))
+        assert by_ranks.setdefault(ranks, item.score) == item.score
+
+
+@given(LISTS)
+def test_inputs_are_never_mutated(lists: list[list[str]]) -> None:
+    before = copy.deepcopy(lists)
+    candidates = rrf.collect(lists)
+    snapshot = copy.deepcopy(candidates)
+    rrf.rank(candidates)
+    rrf.best_keys(candidates, 5)
+    rrf.ready_keys(candidates, {0: 0.01}, 5)
+    assert lists == before
+    assert candidates == snapshot
+
+
+def _page_through(lists: list[list[str]], page: int, k: int) -> list[str]:
+    """Emit keys with the threshold rule, fetching `page` more items of a list when blocked."""
+    fetched = [0] * len(lists)
+    emitted: list[str] = []
+    while True:
+        prefixes = [keys[:n] for keys, n in zip(lists, fetched, strict=True)]
+        candidates = {
+            key: votes for key, votes in rrf.collect(prefixes, k).items() if key not in emitted
+        }
+        open_terms = {
+            i: rrf.term(n + 1, k) for i, n in enumerate(fetched) if n < len(lists[i])
+        }
+        ready = rrf.ready_keys(candidates, open_terms, 3)
+        emitted.extend(ready)
+        if ready:
+            continue
+        if not open_terms:
+            assert not candidates
+            return emitted
+        widest = max(open_terms.values())
+        for i, value in open_terms.items():
+            if value == widest:
+                fetched[i] += page
+
+
+@settings(max_examples=200)
+@given(LISTS, st.integers(1, 7), st.sampled_from([0, 1, 60]))
+def test_threshold_paging_equals_fusing_complete_lists(
+    lists: list[list[str]], page: int, k: int
+) -> None:
+    expected = [item.key for item in rrf.fuse(lists, k)]
+    assert _page_through(lists, page, k) == expected
+
+
+def test_ready_keys_waits_while_an_unseen_key_could_still_win() -> None:
+    candidates = rrf.collect([["a"], ["b"]])
+    # Both lists may hold more: an unseen key in both could score 2/62 > 1/61.
+    assert rrf.ready_keys(candidates, {0: rrf.term(2), 1: rrf.term(2)}, 5) == []
+    assert rrf.ready_keys(candidates, {}, 5) == ["a", "b"]
+
+
+def test_ready_keys_respects_limit() -> None:
+    candidates = rrf.collect([["a", "b", "c"]])
+    assert rrf.ready_keys(candidates, {}, 2) == ["a", "b"]
+    assert rrf.best_keys(candidates, 0) == []
