@@ -1,4 +1,4 @@
-"""Command line: `python -m service serve|index|status` (also the `search-service` script)."""
+"""Command line: `python -m service serve|index|status|demo` (also `search-service`)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--target", default="127.0.0.1:50051", help="server address")
     status.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
     status.set_defaults(func=_cmd_client, client_command="status")
+
+    demo = sub.add_parser(
+        "demo",
+        help="index a bundled demo corpus into a running server and print ranked searches",
+        description="Create project 'demo' from bundled notes, index them, run FTS, VECTOR "
+        "and HYBRID searches and print the ranked results.",
+    )
+    demo.add_argument("--target", default="127.0.0.1:50051", help="server address")
+    demo.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
+    demo.set_defaults(func=_cmd_client, client_command="demo")
     return parser
 
 

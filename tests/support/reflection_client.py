@@ -39,7 +39,9 @@ class ReflectionClient:
         service, _, name = full_method.replace("/", ".").rpartition(".")
         return self.describe(service).methods_by_name[name]
 
-    def invoke(self, full_method: str, body: dict[str, Any] | str, timeout: float = 30) -> list[dict[str, Any]]:
+    def invoke(
+        self, full_method: str, body: dict[str, Any] | str, timeout: float = 30
+    ) -> list[dict[str, Any]]:
         """Call a unary or server-streaming method with a JSON body; JSON responses back."""
         method = self.method(full_method)
         request_cls = message_factory.GetMessageClass(method.input_type)
@@ -50,12 +52,14 @@ class ReflectionClient:
         to_json = _to_json(self._pool)
         if method.server_streaming:
             call = self._sync_channel.unary_stream(
-                path, request_serializer=request_cls.SerializeToString,
+                path,
+                request_serializer=request_cls.SerializeToString,
                 response_deserializer=response_cls.FromString,
             )
             return [to_json(m) for m in call(request, timeout=timeout, metadata=self._metadata)]
         unary = self._sync_channel.unary_unary(
-            path, request_serializer=request_cls.SerializeToString,
+            path,
+            request_serializer=request_cls.SerializeToString,
             response_deserializer=response_cls.FromString,
         )
         return [to_json(unary(request, timeout=timeout, metadata=self._metadata))]

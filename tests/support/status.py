@@ -22,7 +22,7 @@ class Decoded:
 
 def decode(error: grpc.aio.AioRpcError | grpc.RpcError) -> Decoded:
     """Unpack ErrorInfo, BadRequest and RetryInfo from the status details."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(error)
     info = None
     violations: list[tuple[str, str]] = []
     retry = None

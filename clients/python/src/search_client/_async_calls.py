@@ -1,0 +1,113 @@
+"""Call loops for grpc.aio: deadlines, metadata, UNAVAILABLE retries and page resumption."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TypeVar
+
+import grpc
+
+from search_client._errors import error_from_call
+from search_client._options import CallSpec, RetryPolicy
+
+__all__ = ["flatten", "server_stream", "stream_unary", "unary"]
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Page = TypeVar("Page")
+Item = TypeVar("Item")
+
+
+async def unary(
+    method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp], request: Req, spec: CallSpec,
+    policy: RetryPolicy,
+) -> Resp:
+    """One unary call, retried on UNAVAILABLE."""
+    retry = 0
+    while True:
+        try:
+            return await method(request, timeout=spec.timeout, metadata=spec.metadata)
+        except grpc.aio.AioRpcError as error:
+            failure = error_from_call(error, spec.request_id)
+            retry += 1
+            delay = policy.next_delay(failure, retry)
+            if delay is None:
+                raise failure from error
+        await asyncio.sleep(delay)
+
+
+async def stream_unary(
+    method: grpc.aio.StreamUnaryMultiCallable[Req, Resp],
+    requests: Callable[[], AsyncIterator[Req]],
+    replayable: bool,
+    spec: CallSpec,
+    policy: RetryPolicy,
+) -> Resp:
+    """A client-streaming call; retried on UNAVAILABLE only when `requests` can start over."""
+    retry = 0
+    while True:
+        try:
+            return await method(requests(), timeout=spec.timeout, metadata=spec.metadata)
+        except grpc.aio.AioRpcError as error:
+            failure = error_from_call(error, spec.request_id)
+            retry += 1
+            delay = policy.next_delay(failure, retry) if replayable else None
+            if delay is None:
+                raise failure from error
+        await asyncio.sleep(delay)
+
+
+async def server_stream(
+    method: grpc.aio.UnaryStreamMultiCallable[Req, Resp],
+    request_for: Callable[[str], Req],
+    page_token: str,
+    token_of: Callable[[Resp], str | None],
+    follow: bool,
+    new_spec: Callable[[], CallSpec],
+    policy: RetryPolicy,
+) -> AsyncIterator[Resp]:
+    """Stream responses; `token_of` gives the next-page token of a page-ending response.
+
+    With `follow`, a finished call is followed by a new one from the last token, and an
+    UNAVAILABLE call resumes from it. Without, only a call that delivered nothing is retried.
+    """
+    token, retry = page_token, 0
+    while True:
+        spec = new_spec()  # a fresh deadline for every call
+        call = method(request_for(token), timeout=spec.timeout, metadata=spec.metadata)
+        received = advanced = False
+        try:
+            async for response in call:
+                received = True
+                next_token = token_of(response)
+                if next_token is not None:
+                    token, retry, advanced = next_token, 0, True
+                yield response
+        except grpc.aio.AioRpcError as error:
+            failure = error_from_call(error, spec.request_id)
+            retry += 1
+            delay = policy.next_delay(failure, retry) if follow or not received else None
+            if delay is None:
+                raise failure from error
+            await asyncio.sleep(delay)
+            continue
+        finally:
+            call.cancel()
+        if not (follow and token and advanced):
+            return
+
+
+async def flatten(
+    pages: AsyncIterator[Page], results: Callable[[Page], Iterable[Item]], limit: int | None
+) -> AsyncIterator[Item]:
+    """The results of every page in order; at most `limit` of them."""
+    if limit is not None and limit <= 0:
+        return
+    count = 0
+    async for page in pages:
+        for result in results(page):
+            yield result
+            count += 1
+            if limit is not None and count >= limit:
+                return

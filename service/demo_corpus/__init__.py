@@ -1,0 +1,1 @@
+"""A dozen short Markdown notes on astronomy that the `demo` command indexes."""

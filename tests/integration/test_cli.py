@@ -1,0 +1,119 @@
+"""The client commands of the CLI: `index`, `status` and `demo` against a running server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from search_client import SearchClient
+from service import cli_client
+from service.__main__ import build_parser
+from tests.support.serve_process import ROOT, clean_env, served
+from tests.support.server import running_server
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    (folder / ".hidden").mkdir()
+    (folder / "a.md").write_text("Intro line\n\n## Alpha notes\n\nThe alpha body: comets.\n")
+    (folder / "sub" / "b.txt").write_text("plain text about telescopes and mirrors\n")
+    (folder / ".hidden" / "c.md").write_text("# Hidden\n")
+    (folder / "binary.md").write_bytes(b"\xff\xfe not utf-8")
+    (folder / "image.png").write_bytes(b"\x89PNG")
+    return folder
+
+
+async def _run(argv: list[str]) -> int:
+    return await cli_client.run_client_command(build_parser().parse_args(argv))
+
+
+async def test_index_then_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _folder(tmp_path)
+    async with running_server(tmp_path / "data") as app:
+        target = f"127.0.0.1:{app.port}"
+        assert await _run(["index", str(folder), "--project", "notes", "--target", target]) == 0
+        first = capsys.readouterr()
+        assert "project notes (id 1): 2 documents in" in first.out
+        assert "documents: 2 created, 0 updated, 0 unchanged, 0 rejected" in first.out
+        assert "indexing [" in first.err
+        assert "2/2 files" in first.err
+        assert "skipped binary.md: not UTF-8 text" in first.err
+
+        assert await _run(["index", str(folder), "--project", "notes", "--target", target]) == 0
+        again = capsys.readouterr()
+        assert "project notes (id 1)" in again.out
+        assert "2 unchanged" in again.out
+        assert "chunks: 0 written, 0 embedded" in again.out
+
+        assert await _run(["status", "--target", target]) == 0
+        status = capsys.readouterr().out
+        header, row = status.splitlines()[1:3]
+        assert header.split()[:4] == ["PROJECT", "EXTERNAL", "ID", "DOCUMENTS"]
+        assert row.split()[:3] == ["1", "notes", "2"]
+        assert "configured embedding:" in status
+        assert "*" in row
+
+        def documents() -> dict[str, str]:
+            with SearchClient(target) as client:
+                return {r.path: r.title for r in client.iter_project_results([1], "")}
+
+        assert await asyncio.to_thread(documents) == {"a.md": "Alpha notes", "sub/b.txt": "b.txt"}
+
+
+async def test_demo_indexes_the_corpus_and_prints_ranked_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_server(tmp_path) as app:
+        args = argparse.Namespace(client_command="demo", target=f"127.0.0.1:{app.port}", token="")
+        assert await cli_client.run_client_command(args) == 0
+    out = capsys.readouterr()
+    assert "project demo (id 1): 12 documents" in out.out
+    assert "12/12 files" in out.err
+    for mode, text in cli_client.DEMO_SEARCHES:
+        assert f"{mode} search: {text}" in out.out
+    assert out.out.count("RANK  SCORE") == len(cli_client.DEMO_SEARCHES)
+    fts_table = out.out.split('FTS search: "dark matter"')[1].split("search:")[0]
+    assert "Dark matter" in fts_table
+    assert "search.v1.ProjectSearchService/SearchProjects" in out.out
+
+
+def test_demo_is_a_cli_command() -> None:
+    args = build_parser().parse_args(["demo", "--target", "127.0.0.1:1"])
+    assert args.client_command == "demo"
+
+
+async def test_errors_are_explained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_client, "CONNECT_TIMEOUT", 0.3)
+    assert await _run(["status", "--target", "127.0.0.1:1"]) == 1
+    assert "no search service answers at 127.0.0.1:1" in capsys.readouterr().err
+    async with running_server(tmp_path) as app:
+        target = f"127.0.0.1:{app.port}"
+        assert await _run(["index", str(tmp_path / "nope"), "--project", "p", "--target",
+                           target]) == 1
+        assert "is not a folder" in capsys.readouterr().err
+        folder = _folder(tmp_path)
+        assert await _run(["index", str(folder), "--project", "bad id!", "--target",
+                           target]) == 1
+        err = capsys.readouterr().err
+        assert "INVALID_ARGUMENT" in err
+        assert "external_id" in err
+
+
+def test_demo_on_a_fresh_server_process(tmp_path: Path) -> None:
+    """What the README promises: `scripts/serve` in one terminal, `demo` in another."""
+    with served(tmp_path / "data") as address:
+        run = subprocess.run(
+            [sys.executable, "-m", "service", "demo", "--target", address],
+            cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120,
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "HYBRID search:" in run.stdout
+    assert "RANK  SCORE" in run.stdout
