@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from service import context as request_context
 from service.embeddings.base import Embedder, EmbeddingError
 from service.errors import (
     NotFound,
@@ -77,6 +78,8 @@ class ProjectSearch:
             exact_scan_limit=self._exact_scan_limit,
         )
         for _ in range(valid.max_pages):
+            # Statement timeouts follow the call's deadline.
+            plan = dataclasses.replace(plan, timeout=request_context.current().time_remaining())
             page = await self._store.search(plan)
             token = ""
             if page.has_more:

@@ -157,6 +157,7 @@ class SearchPlan:
     include_chunks: bool = False
     min_similarity: float = 0.0
     exact_scan_limit: int = 50_000  # eligible chunks above this use the ANN index
+    timeout: float | None = None  # seconds; the statement is cancelled past it
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,50 @@
+"""Stores: the protocol in `base`, backends in `sqlite` and `postgres`, and a factory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.base import Store
+
+DEFAULT_SQLITE_FILE = "search.sqlite3"
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def sqlite_path(database_url: str, data_dir: Path) -> Path:
+    """The file a SQLite URL names; empty means the default file in `data_dir`.
+
+    `sqlite:///name.db` is relative to `data_dir`, `sqlite:////abs/name.db` is absolute.
+    """
+    if not database_url:
+        return data_dir / DEFAULT_SQLITE_FILE
+    rest = database_url[len(SQLITE_PREFIX) :]
+    if not rest or rest == ":memory:" or rest.startswith("file:"):
+        raise ValueError(
+            f"database URL {database_url!r}: name a SQLite file, e.g. sqlite:///search.sqlite3"
+        )
+    path = Path(rest)
+    return path if path.is_absolute() else data_dir / path
+
+
+async def open_store(
+    database_url: str, data_dir: Path, identity: EmbeddingIdentity | None
+) -> Store:
+    """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL."""
+    if not database_url or database_url.startswith(SQLITE_PREFIX):
+        from service.store.sqlite import SqliteStore
+
+        store: Store = SqliteStore(sqlite_path(database_url, data_dir), identity)
+    elif database_url.startswith(POSTGRES_PREFIXES):
+        # Imported lazily so the embedded default never needs asyncpg loaded.
+        from service.store.postgres import PostgresStore
+
+        store = PostgresStore(database_url, identity=identity)
+    else:
+        raise ValueError(
+            f"unsupported database URL {database_url.split(':', 1)[0]!r}: use sqlite:///<file> "
+            "or postgresql://..."
+        )
+    await store.open()
+    return store

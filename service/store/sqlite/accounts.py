@@ -1,0 +1,74 @@
+"""Provider accounts: stored sealed, never decrypted here."""
+
+from __future__ import annotations
+
+import apsw
+
+from service import errors
+from service.store.base import AccountRecord
+from service.store.sqlite.values import from_micros, immediate, to_micros
+
+INSERT_ACCOUNT = """
+INSERT INTO accounts (
+    account_id, tenant, provider, display_name, base_url, sealed_credentials, created_at,
+    needs_reconnect
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+LIST_ACCOUNTS = """
+SELECT account_id, tenant, provider, display_name, base_url, sealed_credentials, created_at,
+       needs_reconnect
+FROM accounts WHERE tenant = ? ORDER BY created_at, account_id
+"""
+DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = ? AND account_id = ?"
+SET_RECONNECT = "UPDATE accounts SET needs_reconnect = ? WHERE tenant = ? AND account_id = ?"
+
+
+def create_account(conn: apsw.Connection, record: AccountRecord) -> None:
+    """Insert an account; AlreadyExists when the id is taken."""
+    values = (
+        record.account_id,
+        record.tenant,
+        record.provider,
+        record.display_name,
+        record.base_url,
+        bytes(record.sealed_credentials),
+        to_micros(record.created_at),
+        int(record.needs_reconnect),
+    )
+    try:
+        with immediate(conn):
+            conn.execute(INSERT_ACCOUNT, values)
+    except apsw.ConstraintError as exc:
+        raise errors.AlreadyExists(
+            f"account {record.account_id!r} already exists", reason="ACCOUNT_ALREADY_EXISTS"
+        ) from exc
+
+
+def list_accounts(conn: apsw.Connection, tenant: str) -> list[AccountRecord]:
+    """Accounts of `tenant`, oldest first."""
+    return [
+        AccountRecord(
+            account_id=row[0],
+            tenant=row[1],
+            provider=row[2],
+            display_name=row[3],
+            base_url=row[4],
+            sealed_credentials=bytes(row[5]),
+            created_at=from_micros(row[6]),
+            needs_reconnect=bool(row[7]),
+        )
+        for row in conn.execute(LIST_ACCOUNTS, (tenant,))
+    ]
+
+
+def delete_account(conn: apsw.Connection, tenant: str, account_id: str) -> bool:
+    """Delete an account of `tenant`; False when there is none."""
+    with immediate(conn):
+        conn.execute(DELETE_ACCOUNT, (tenant, account_id))
+        return conn.changes() > 0
+
+
+def set_reconnect(conn: apsw.Connection, tenant: str, account_id: str, needs: bool) -> None:
+    """Flag or clear `needs_reconnect` (no-op for an unknown account)."""
+    with immediate(conn):
+        conn.execute(SET_RECONNECT, (int(needs), tenant, account_id))

@@ -1,0 +1,177 @@
+"""Filters as SQL over `documents AS d`: fixed fragments, every value a bound parameter.
+
+Metadata semantics (the acceptance suite pins them for both backends):
+- eq / in: a string operand equals the stored value's JSON text (strings as is, numbers in
+  decimal, `true`/`false`); a number operand equals a stored number numerically; a boolean
+  operand equals a stored boolean.
+- contains_all: the stored value is an array holding an element of the operand's type and
+  value for every operand.
+- gt/gte/lt/lte/between: numeric over stored numbers when the operands are numbers, else
+  binary text order over stored strings; other stored types never match.
+- is_null: the path is absent or JSON null.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from service import errors
+from service.store.base import Filters, MetadataCondition
+from service.store.sqlite.values import to_micros
+
+KINDS = "AND d.kind IN (SELECT value FROM json_each(:kinds))"
+CATEGORIES = "AND d.category IN (SELECT value FROM json_each(:categories))"
+NOTE_TYPES = "AND d.note_type_key IN (SELECT value FROM json_each(:note_types))"
+# Segment-exact prefix as an index-friendly range: in binary order the paths that start
+# with "dir/" are exactly those in ["dir/", "dir0") since '0' follows '/'; "dir-archive/x"
+# sorts before "dir/" ('-' < '/') and "dir" itself before "dir/".
+DIRECTORY = "AND d.path >= :dir_low AND d.path < :dir_high"
+CREATED_START = "AND d.created_at >= :created_start"
+CREATED_END = "AND d.created_at < :created_end"
+UPDATED_START = "AND d.updated_at >= :updated_start"
+UPDATED_END = "AND d.updated_at < :updated_end"
+
+_TYPE = "json_type(d.metadata, :{p})"
+_VALUE = "json_extract(d.metadata, :{p})"
+EQ_TEXT = (
+    "(CASE json_type(d.metadata, :{p}) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
+    "WHEN 'text' THEN json_extract(d.metadata, :{p}) "
+    "WHEN 'integer' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) "
+    "WHEN 'real' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) END = :{v})"
+)
+EQ_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} = :{{v}})"
+EQ_BOOL = f"({_TYPE} = :{{v}})"
+ELEMENT_TEXT = "(j.type = 'text' AND j.value = :{v})"
+ELEMENT_NUMBER = "(j.type IN ('integer', 'real') AND j.value = :{v})"
+ELEMENT_BOOL = "(j.type = :{v})"
+CONTAINS = (
+    "(json_type(d.metadata, :{p}) = 'array' AND EXISTS ("
+    "SELECT 1 FROM json_each(d.metadata, :{p}) AS j WHERE {element}))"
+)
+COMPARE_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} {{op}} :{{v}})"
+COMPARE_TEXT = f"({_TYPE} = 'text' AND {_VALUE} {{op}} :{{v}})"
+BETWEEN_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} BETWEEN :{{a}} AND :{{b}})"
+BETWEEN_TEXT = f"({_TYPE} = 'text' AND {_VALUE} BETWEEN :{{a}} AND :{{b}})"
+IS_NULL = f"({_TYPE} IS NULL OR {_TYPE} = 'null')"
+_COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+Bindings = dict[str, Any]
+
+
+def filter_sql(filters: Filters) -> tuple[str, Bindings]:
+    """The AND-ed predicates of `filters` and their bindings."""
+    parts: list[str] = []
+    bindings: Bindings = {}
+    for fragment, name, values in (
+        (KINDS, "kinds", filters.kinds),
+        (CATEGORIES, "categories", filters.categories),
+        (NOTE_TYPES, "note_types", tuple(t.lower() for t in filters.note_types)),
+    ):
+        if values:
+            parts.append(fragment)
+            bindings[name] = json.dumps(list(values))
+    prefix = _normalise_prefix(filters.directory_prefix)
+    if prefix:
+        parts.append(DIRECTORY)
+        bindings.update(dir_low=prefix + "/", dir_high=prefix + "0")
+    _ranges(filters, parts, bindings)
+    for i, condition in enumerate(filters.metadata):
+        parts.append("AND " + _metadata(condition, f"m{i}", bindings))
+    return "\n    ".join(parts), bindings
+
+
+def _normalise_prefix(prefix: str) -> str:
+    cleaned = prefix.strip()
+    while cleaned.startswith("./"):
+        cleaned = cleaned[2:]
+    return cleaned.strip("/")
+
+
+def _ranges(filters: Filters, parts: list[str], bindings: Bindings) -> None:
+    for fragment, name, when in (
+        (CREATED_START, "created_start", filters.created.start),
+        (CREATED_END, "created_end", filters.created.end),
+        (UPDATED_START, "updated_start", filters.updated.start),
+        (UPDATED_END, "updated_end", filters.updated.end),
+    ):
+        if when is not None:
+            parts.append(fragment)
+            bindings[name] = to_micros(when)
+
+
+def json_path(segments: tuple[str, ...]) -> str:
+    """`$."a"."b"` for ("a", "b"); segments are quoted, never interpreted."""
+    if not segments or any(not s or '"' in s or "\\" in s for s in segments):
+        raise errors.InvalidArgument.field("filters.metadata.path", "dotted path of plain names")
+    return "$" + "".join(f'."{s}"' for s in segments)
+
+
+def _metadata(condition: MetadataCondition, name: str, bindings: Bindings) -> str:
+    p = f"{name}_path"
+    bindings[p] = json_path(condition.path)
+    op, values = condition.op, condition.values
+    if op == "is_null":
+        return IS_NULL.format(p=p)
+    if not values:
+        raise _bad(op, "needs at least one value")
+    if op == "eq":
+        return _equals(p, f"{name}_0", values[0], bindings)
+    if op == "in":
+        alternatives = [_equals(p, f"{name}_{j}", v, bindings) for j, v in enumerate(values)]
+        return "(" + " OR ".join(alternatives) + ")"
+    if op == "contains_all":
+        return (
+            "("
+            + " AND ".join(_contains(p, f"{name}_{j}", v, bindings) for j, v in enumerate(values))
+            + ")"
+        )
+    if op in _COMPARISONS:
+        return _compare(p, f"{name}_0", _COMPARISONS[op], values[0], bindings)
+    if op == "between" and len(values) == 2:
+        return _between(p, name, values[0], values[1], bindings)
+    raise _bad(op, "unknown operator or wrong number of values")
+
+
+def _equals(p: str, v: str, value: str | float | bool, bindings: Bindings) -> str:
+    if isinstance(value, bool):
+        bindings[v] = "true" if value else "false"
+        return EQ_BOOL.format(p=p, v=v)
+    bindings[v] = value
+    return (EQ_TEXT if isinstance(value, str) else EQ_NUMBER).format(p=p, v=v)
+
+
+def _contains(p: str, v: str, value: str | float | bool, bindings: Bindings) -> str:
+    if isinstance(value, bool):
+        bindings[v], element = ("true" if value else "false"), ELEMENT_BOOL
+    else:
+        bindings[v] = value
+        element = ELEMENT_TEXT if isinstance(value, str) else ELEMENT_NUMBER
+    return CONTAINS.format(p=p, element=element.format(v=v))
+
+
+def _compare(p: str, v: str, op: str, value: str | float | bool, bindings: Bindings) -> str:
+    if isinstance(value, bool):
+        raise _bad("comparison", "booleans cannot be ordered")
+    bindings[v] = value
+    return (COMPARE_TEXT if isinstance(value, str) else COMPARE_NUMBER).format(p=p, v=v, op=op)
+
+
+def _between(
+    p: str, name: str, low: str | float | bool, high: str | float | bool, bindings: Bindings
+) -> str:
+    a, b = f"{name}_0", f"{name}_1"
+    bindings[a], bindings[b] = low, high
+    if isinstance(low, str) and isinstance(high, str):
+        return BETWEEN_TEXT.format(p=p, a=a, b=b)
+    if _is_number(low) and _is_number(high):
+        return BETWEEN_NUMBER.format(p=p, a=a, b=b)
+    raise _bad("between", "needs two numbers or two strings")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bad(op: str, description: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument.field("filters.metadata.operator", f"{op}: {description}")

@@ -1,0 +1,138 @@
+"""Read path outside search: projects, stored hashes, reusable vectors, index status."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import apsw
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.base import DocKey, EmbeddingCounts, ProjectRecord, ProjectStatus
+from service.store.sqlite.values import blob_vector, from_micros
+
+LIST_PROJECTS = """
+SELECT project_id, tenant, external_id, name, created_at FROM projects
+WHERE tenant = ? AND project_id > ? ORDER BY project_id LIMIT ?
+"""
+GET_PROJECTS = """
+SELECT project_id, tenant, external_id, name, created_at FROM projects
+WHERE tenant = ? AND project_id IN (SELECT value FROM json_each(?)) ORDER BY project_id
+"""
+ALL_PROJECTS = """
+SELECT project_id, tenant, external_id, name, created_at FROM projects
+WHERE tenant = ? ORDER BY project_id
+"""
+DOCUMENT_HASHES = """
+SELECT d.kind, d.row_id, d.content_hash
+FROM json_each(?) AS k
+JOIN documents AS d
+  ON d.project_id = ? AND d.kind = k.value ->> 0 AND d.row_id = k.value ->> 1
+"""
+READY_VECTORS = """
+SELECT c.source_hash, v.embedding
+FROM chunks AS c JOIN vectors AS v ON v.chunk_id = c.id
+WHERE c.project_id = :project_id
+  AND c.source_hash IN (SELECT value FROM json_each(:hashes))
+  AND v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
+  AND v.source_hash = c.source_hash
+"""
+DOCUMENT_AND_CHUNK_COUNTS = """
+SELECT p.value,
+       (SELECT COUNT(*) FROM documents AS d WHERE d.project_id = p.value),
+       (SELECT COUNT(*) FROM chunks AS c WHERE c.project_id = p.value)
+FROM json_each(?) AS p
+"""
+# Ready = the statement search uses: state ready and the vector's source hash is the chunk's.
+VECTOR_COUNTS = """
+SELECT v.project_id, v.model, v.dimensions,
+       SUM(v.state = 'ready' AND v.source_hash = c.source_hash),
+       SUM(NOT (v.state = 'ready' AND v.source_hash = c.source_hash))
+FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id
+WHERE v.project_id IN (SELECT value FROM json_each(?))
+GROUP BY v.project_id, v.model, v.dimensions
+"""
+
+ProjectRow = tuple[int, str, str, str, int]
+
+
+def project_record(row: ProjectRow) -> ProjectRecord:
+    """A project row as a record."""
+    return ProjectRecord(row[0], row[1], row[2], row[3], from_micros(row[4]))
+
+
+def list_projects(
+    conn: apsw.Connection, tenant: str, after_id: int, limit: int
+) -> list[ProjectRecord]:
+    """Projects of `tenant` with id > after_id, by id."""
+    return [project_record(r) for r in conn.execute(LIST_PROJECTS, (tenant, after_id, limit))]
+
+
+def get_projects(conn: apsw.Connection, tenant: str, ids: Sequence[int]) -> list[ProjectRecord]:
+    """The subset of `ids` owned by `tenant`, by id."""
+    rows = conn.execute(GET_PROJECTS, (tenant, json.dumps([int(i) for i in ids])))
+    return [project_record(r) for r in rows]
+
+
+def document_hashes(
+    conn: apsw.Connection, project_id: int, keys: Sequence[DocKey]
+) -> dict[DocKey, str]:
+    """Stored content hashes of the given documents."""
+    rows = conn.execute(DOCUMENT_HASHES, (json.dumps([list(k) for k in keys]), project_id))
+    return {(kind, row_id): content_hash for kind, row_id, content_hash in rows}
+
+
+def ready_vectors(
+    conn: apsw.Connection, project_id: int, hashes: Sequence[str], identity: EmbeddingIdentity
+) -> dict[str, list[float]]:
+    """Ready, current vectors of `identity` for these chunk texts."""
+    bindings = {
+        "project_id": project_id,
+        "hashes": json.dumps(list(hashes)),
+        "model": identity.model,
+        "dimensions": identity.dimensions,
+    }
+    return {h: blob_vector(blob) for h, blob in conn.execute(READY_VECTORS, bindings)}
+
+
+def index_status(
+    conn: apsw.Connection,
+    tenant: str,
+    project_ids: Sequence[int],
+    identity: EmbeddingIdentity | None,
+) -> list[ProjectStatus]:
+    """Documents, chunks and vectors per identity of the tenant's selected projects."""
+    if project_ids:
+        projects = get_projects(conn, tenant, project_ids)
+    else:
+        projects = [project_record(r) for r in conn.execute(ALL_PROJECTS, (tenant,))]
+    ids = json.dumps([p.project_id for p in projects])
+    counts = {
+        pid: (docs, chunks) for pid, docs, chunks in conn.execute(DOCUMENT_AND_CHUNK_COUNTS, (ids,))
+    }
+    vectors: dict[int, dict[EmbeddingIdentity, tuple[int, int]]] = {}
+    for pid, model, dims, ready, pending in conn.execute(VECTOR_COUNTS, (ids,)):
+        vectors.setdefault(pid, {})[EmbeddingIdentity(model, dims)] = (ready, pending)
+    return [
+        _status(p, *counts.get(p.project_id, (0, 0)), vectors.get(p.project_id, {}), identity)
+        for p in projects
+    ]
+
+
+def _status(
+    project: ProjectRecord,
+    documents: int,
+    chunks: int,
+    vectors: dict[EmbeddingIdentity, tuple[int, int]],
+    identity: EmbeddingIdentity | None,
+) -> ProjectStatus:
+    embeddings = []
+    needing = 0
+    if identity is not None:
+        ready = vectors.get(identity, (0, 0))[0]
+        # For the configured identity every chunk without a ready vector is pending.
+        embeddings.append(EmbeddingCounts(identity, ready, chunks - ready))
+        needing = chunks - ready
+    others = sorted((i for i in vectors if i != identity), key=lambda i: (i.model, i.dimensions))
+    embeddings.extend(EmbeddingCounts(i, *vectors[i]) for i in others)
+    return ProjectStatus(project, documents, chunks, tuple(embeddings), needing)

@@ -1,0 +1,175 @@
+"""Versioned schema migrations and the identity-dependent vec0 KNN table."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import apsw
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.sqlite.values import immediate
+
+# Design notes:
+# - Every secondary index leads with project_id; row identity is (project_id, kind, row_id).
+# - Times are INTEGER unix microseconds (UTC), so range filters compare numerically.
+# - No declared foreign keys: SQLite would look children up by document_id / chunk_id
+#   alone (no index leads with them), so cascades are explicit deletes keyed by project_id.
+# - docs_fts is contentless (content=''): bodies live once, in documents; rowid = documents.id.
+# - vectors holds every embedding (any identity; authoritative, used by the exact scan);
+#   vec_chunks (vec0) mirrors the ready vectors of one identity for the KNN path.
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (
+        1,
+        "projects, documents, chunks, vectors, fts, accounts",
+        (
+            """CREATE TABLE projects (
+                project_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                tenant TEXT NOT NULL,
+                external_id TEXT NOT NULL,
+                name TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                UNIQUE (tenant, external_id)
+            )""",
+            """CREATE TABLE documents (
+                id INTEGER PRIMARY KEY,
+                project_id INTEGER NOT NULL,
+                kind TEXT NOT NULL,
+                row_id TEXT NOT NULL,
+                title TEXT NOT NULL,
+                path TEXT NOT NULL,
+                body TEXT NOT NULL,
+                category TEXT NOT NULL,
+                note_type TEXT NOT NULL,
+                note_type_key TEXT NOT NULL,
+                metadata TEXT NOT NULL CHECK (json_valid(metadata)),
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                content_hash TEXT NOT NULL,
+                UNIQUE (project_id, kind, row_id)
+            )""",
+            "CREATE INDEX documents_path ON documents (project_id, path)",
+            """CREATE TABLE chunks (
+                id INTEGER PRIMARY KEY,
+                project_id INTEGER NOT NULL,
+                document_id INTEGER NOT NULL,
+                chunk_index INTEGER NOT NULL,
+                text TEXT NOT NULL,
+                source_hash TEXT NOT NULL,
+                UNIQUE (project_id, document_id, chunk_index)
+            )""",
+            "CREATE INDEX chunks_source ON chunks (project_id, source_hash)",
+            """CREATE TABLE vectors (
+                chunk_id INTEGER PRIMARY KEY,
+                project_id INTEGER NOT NULL,
+                model TEXT NOT NULL,
+                dimensions INTEGER NOT NULL,
+                source_hash TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'ready')),
+                embedding BLOB,
+                CHECK (state = 'pending' OR embedding IS NOT NULL)
+            )""",
+            "CREATE INDEX vectors_identity ON vectors (project_id, model, dimensions, state)",
+            """CREATE VIRTUAL TABLE docs_fts USING fts5(
+                content, ngrams,
+                content = '', contentless_delete = 1,
+                tokenize = 'porter unicode61 remove_diacritics 2'
+            )""",
+            """CREATE TABLE vector_index (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                model TEXT NOT NULL,
+                dimensions INTEGER NOT NULL,
+                stale INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE accounts (
+                account_id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                provider TEXT NOT NULL,
+                display_name TEXT NOT NULL,
+                base_url TEXT NOT NULL,
+                sealed_credentials BLOB NOT NULL,
+                created_at INTEGER NOT NULL,
+                needs_reconnect INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX accounts_tenant ON accounts (tenant, created_at)",
+        ),
+    ),
+)
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at INTEGER NOT NULL
+)"""
+SELECT_VERSIONS = "SELECT version FROM schema_migrations"
+INSERT_VERSION = "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+
+VEC_TABLE = "vec_chunks"
+SELECT_VECTOR_INDEX = "SELECT model, dimensions, stale FROM vector_index WHERE id = 1"
+UPSERT_VECTOR_INDEX = """
+INSERT INTO vector_index (id, model, dimensions, stale) VALUES (1, ?, ?, 0)
+ON CONFLICT (id) DO UPDATE SET model = excluded.model, dimensions = excluded.dimensions, stale = 0
+"""
+MARK_VECTOR_INDEX_STALE = "UPDATE vector_index SET stale = 1"
+DROP_VEC_TABLE = "DROP TABLE IF EXISTS vec_chunks"
+# The dimension is part of the DDL (vec0 cannot bind it); it is a validated int.
+CREATE_VEC_TABLE = """
+CREATE VIRTUAL TABLE vec_chunks USING vec0(
+    chunk_id INTEGER PRIMARY KEY,
+    project_id INTEGER PARTITION KEY,
+    embedding FLOAT[{dimensions}] distance_metric=cosine
+)"""
+BACKFILL_VEC_TABLE = """
+INSERT INTO vec_chunks (chunk_id, project_id, embedding)
+SELECT v.chunk_id, v.project_id, v.embedding
+FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id
+WHERE v.model = ? AND v.dimensions = ? AND v.state = 'ready' AND v.source_hash = c.source_hash
+"""
+
+
+def migrate(conn: apsw.Connection) -> list[int]:
+    """Apply missing migrations in one immediate transaction; returns the versions applied."""
+    with immediate(conn):
+        conn.execute(CREATE_MIGRATIONS_TABLE)
+        done = {row[0] for row in conn.execute(SELECT_VERSIONS)}
+        applied = []
+        for version, name, statements in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(INSERT_VERSION, (version, name, time.time_ns() // 1000))
+            applied.append(version)
+    return applied
+
+
+@dataclass(frozen=True)
+class VectorIndex:
+    """The vec0 table's identity; `usable` when it mirrors the ready vectors of `identity`."""
+
+    identity: EmbeddingIdentity | None
+    usable: bool
+
+
+def prepare_vector_index(
+    conn: apsw.Connection, identity: EmbeddingIdentity | None, extension: bool
+) -> VectorIndex:
+    """Create or rebuild vec_chunks for `identity` (write path, at open only)."""
+    with immediate(conn):
+        row = conn.execute(SELECT_VECTOR_INDEX).fetchone()
+        current = EmbeddingIdentity(row[0], row[1]) if row else None
+        stale = bool(row[2]) if row else False
+        if not extension:
+            # Writes cannot maintain a vec0 table without the module: rebuild it next time.
+            if row is not None:
+                conn.execute(MARK_VECTOR_INDEX_STALE)
+            return VectorIndex(current, False)
+        if identity is None:
+            return VectorIndex(current, current is not None and not stale)
+        if current != identity or stale:
+            conn.execute(DROP_VEC_TABLE)
+            conn.execute(CREATE_VEC_TABLE.format(dimensions=int(identity.dimensions)))
+            conn.execute(BACKFILL_VEC_TABLE, (identity.model, identity.dimensions))
+            conn.execute(UPSERT_VECTOR_INDEX, (identity.model, identity.dimensions))
+        return VectorIndex(identity, True)

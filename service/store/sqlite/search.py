@@ -1,0 +1,208 @@
+"""Project search on SQLite: build the one statement, run it, hydrate the page."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from service import errors
+from service.store.base import (
+    FUSION_BONUS,
+    MAX_MATCHED_CHUNKS,
+    SNIPPET_CHARS,
+    MatchedChunk,
+    Mode,
+    SearchHit,
+    SearchPage,
+    SearchPlan,
+)
+from service.store.sqlite import search_sql as q
+from service.store.sqlite.filters import filter_sql
+from service.store.sqlite.lexical_check import Fts5Checker
+from service.store.sqlite.schema import VectorIndex
+from service.store.sqlite.values import from_micros, load_metadata, vector_blob
+
+KNN_MAX_K = 4096  # sqlite-vec's limit on k
+KNN_MIN_K = 100
+# Documents have several chunks and filters drop candidates after the KNN: over-fetch.
+KNN_OVERFETCH = 10
+# SQLite VM instructions between deadline checks (microseconds of work each time).
+PROGRESS_STEPS = 10_000
+_SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
+
+
+@dataclass(frozen=True)
+class Lexical:
+    """The lexical CTEs chosen for a plan and how the page reports relaxation."""
+
+    ctes: tuple[str, ...]
+    relaxed: str
+    bindings: dict[str, str]
+
+
+def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = False) -> Lexical:
+    """Strict + relaxed fallback when both parse; whatever parses otherwise; else nothing."""
+    strict = plan.lexical.fts5 if plan.lexical else None
+    if strict is None and not disabled:
+        # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
+        return Lexical((q.FTS_ALL if plan.mode is Mode.FTS else q.FTS_NONE,), q.RELAXED_NEVER, {})
+    relaxed = plan.lexical.fts5_relaxed if plan.lexical else None
+    strict_ok = strict is not None and not disabled and checker.valid(strict)
+    relaxed_ok = relaxed is not None and not disabled and checker.valid(relaxed)
+    if strict_ok and relaxed_ok:
+        return Lexical(
+            (q.FTS_STRICT, q.FTS_RELAXED),
+            q.RELAXED_WHEN_STRICT_EMPTY,
+            {"fts_query": str(strict), "fts_relaxed": str(relaxed)},
+        )
+    if strict_ok or relaxed_ok:
+        text = str(strict if strict_ok else relaxed)
+        flag = q.RELAXED_NEVER if strict_ok else q.RELAXED_ALWAYS
+        return Lexical((q.FTS_STRICT, q.FTS_FROM_STRICT), flag, {"fts_query": text})
+    return Lexical((q.FTS_NONE,), q.RELAXED_NEVER, {})
+
+
+def build(
+    plan: SearchPlan, index: VectorIndex, checker: Fts5Checker, *, lexical_off: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """The statement text and its bindings."""
+    filters, bindings = filter_sql(plan.filters)
+    ctes = [q.ELIGIBLE.format(filters=filters)]
+    relaxed, exact = q.RELAXED_NEVER, q.EXACT_ALWAYS
+    if plan.mode is not Mode.VECTOR:
+        lexical = choose_lexical(plan, checker, disabled=lexical_off)
+        ctes += lexical.ctes
+        relaxed = lexical.relaxed
+        bindings.update(lexical.bindings)
+    semantic = plan.mode is not Mode.FTS
+    if semantic:
+        if index.usable and index.identity == plan.identity:
+            ctes += [q.VECTOR_COUNT, q.KNN, q.EXACT_OR_KNN_SIMS]
+            exact = q.EXACT_BY_COUNT
+        else:
+            ctes.append(q.EXACT_SIMS)
+        ctes.append(q.VECTOR_SCORES)
+    total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
+    ctes += [_SCORED[plan.mode], q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
+    chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
+    bindings.update(_common_bindings(plan, semantic))
+    return q.statement(ctes, chunks), bindings
+
+
+def _common_bindings(plan: SearchPlan, semantic: bool) -> dict[str, Any]:
+    wanted = plan.offset + plan.limit + 1
+    identity = plan.identity
+    return {
+        "tenant": plan.tenant,
+        "scope": json.dumps(sorted({int(p) for p in plan.project_ids})),
+        # Semantic modes read one extra row: it tells whether another page exists.
+        "limit": plan.limit + 1 if semantic else plan.limit,
+        "offset": plan.offset,
+        "snippet_chars": SNIPPET_CHARS,
+        "fusion_bonus": FUSION_BONUS,
+        "min_similarity": plan.min_similarity,
+        "model": identity.model if identity else None,
+        "dimensions": identity.dimensions if identity else None,
+        "query_vector": vector_blob(plan.query_vector) if plan.query_vector else None,
+        "exact_scan_limit": plan.exact_scan_limit,
+        "knn_k": max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH)),
+        "max_chunks": MAX_MATCHED_CHUNKS,
+    }
+
+
+def check_plan(plan: SearchPlan, vector_search: bool, reason: str) -> None:
+    """Reject plans this store cannot run, before touching the database."""
+    if plan.limit < 1 or plan.offset < 0:
+        raise errors.InvalidArgument.field("page_size", "limit must be >= 1 and offset >= 0")
+    if plan.mode is Mode.FTS:
+        return
+    if not vector_search:
+        raise errors.SemanticUnavailable(
+            f"vector and hybrid search are unavailable on this SQLite store: {reason}",
+            metadata={"backend": "sqlite"},
+        )
+    if plan.identity is None or plan.query_vector is None:
+        raise errors.SemanticUnavailable(
+            "semantic search needs an embedding model; configure one or request FTS"
+        )
+    if len(plan.query_vector) != plan.identity.dimensions:
+        raise errors.FailedPrecondition(
+            f"query embedding has {len(plan.query_vector)} dimensions, the configured model "
+            f"{plan.identity.model!r} has {plan.identity.dimensions}"
+        )
+
+
+def run_search(
+    conn: apsw.Connection, plan: SearchPlan, index: VectorIndex, checker: Fts5Checker
+) -> SearchPage:
+    """Execute the statement (once; again without lexical channel if FTS5 still objects)."""
+    if plan.timeout is not None:
+        deadline = time.monotonic() + plan.timeout
+        conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    try:
+        return page_from_rows(plan, _fetch(conn, plan, index, checker))
+    except apsw.InterruptError as exc:
+        raise errors.DeadlineExceeded(
+            f"the search statement was cancelled after {plan.timeout} s"
+        ) from exc
+    finally:
+        if plan.timeout is not None:
+            conn.set_progress_handler(None)
+
+
+def _fetch(
+    conn: apsw.Connection, plan: SearchPlan, index: VectorIndex, checker: Fts5Checker
+) -> list[tuple[Any, ...]]:
+    sql, bindings = build(plan, index, checker)
+    try:
+        return conn.execute(sql, bindings).fetchall()
+    except apsw.SQLError as exc:
+        if "fts5" not in str(exc).lower():
+            raise
+    sql, bindings = build(plan, index, checker, lexical_off=True)
+    return conn.execute(sql, bindings).fetchall()
+
+
+def page_from_rows(plan: SearchPlan, rows: list[tuple[Any, ...]]) -> SearchPage:
+    """Hits of the page rows; the first row always carries the meta columns."""
+    relaxed, exact, total = rows[0][0], rows[0][1], rows[0][2]
+    hits = [_hit(row) for row in rows if row[3] is not None]
+    if plan.mode is Mode.FTS:
+        count = int(total)
+        return SearchPage(tuple(hits), count, plan.offset + len(hits) < count, bool(relaxed), True)
+    has_more = len(hits) > plan.limit
+    return SearchPage(tuple(hits[: plan.limit]), None, has_more, bool(relaxed), bool(exact))
+
+
+def _hit(row: tuple[Any, ...]) -> SearchHit:
+    return SearchHit(
+        project_id=row[3],
+        project_external_id=row[4],
+        kind=row[5],
+        row_id=row[6],
+        title=row[7],
+        path=row[8],
+        category=row[9],
+        note_type=row[10],
+        metadata=load_metadata(row[11]),
+        created_at=from_micros(row[12]),
+        updated_at=from_micros(row[13]),
+        score=float(row[14]),
+        vector_score=float(row[15]),
+        fts_score=float(row[16]),
+        fts_normalized=float(row[17]),
+        snippet=row[18],
+        chunks=_chunks(row[19]),
+    )
+
+
+def _chunks(text: str | None) -> tuple[MatchedChunk, ...]:
+    if not text:
+        return ()
+    items = [MatchedChunk(int(i), str(t), float(s)) for i, t, s in json.loads(text)]
+    items.sort(key=lambda c: (-c.similarity, c.index))
+    return tuple(items)

@@ -1,0 +1,182 @@
+"""The one retrieval statement of a project search, assembled from fixed CTE fragments.
+
+Shape (reference section 5): `eligible` (scope + tenant + filters, no text) -> lexical
+`fts_strict` / `fts` (relaxation decided over the whole scope) and/or vector `chunk_sims`
+(exact scan, or vec0 KNN past `exact_scan_limit`) -> `scored` -> `page` (ORDER BY score,
+identity; LIMIT/OFFSET) -> one `meta` row LEFT JOINed to the page rows, so even an empty
+page reports relaxation, exactness and the exact FTS total.
+
+KNN choice: vec_chunks (vec0) mirrors the ready vectors of the configured identity with
+`project_id` as its PARTITION KEY, so `project_id IN (scope)` makes sqlite-vec search only
+the scope's partitions, taking the k nearest chunks of each. Filters other than the scope
+are applied after the KNN (vec0 cannot evaluate them), hence the over-fetch of `knn_k`;
+a filter that drops most candidates can leave a page short, which `ranking_is_exact =
+false` admits. Every KNN candidate is re-checked against the same validity predicate as
+the exact scan (ready, model, dimensions, source hash).
+"""
+
+from __future__ import annotations
+
+ELIGIBLE = """
+eligible AS MATERIALIZED (
+    SELECT d.id AS doc_id, d.project_id, d.kind, d.row_id
+    FROM projects AS p
+    JOIN documents AS d ON d.project_id = p.project_id
+    WHERE p.tenant = :tenant
+      AND p.project_id IN (SELECT value FROM json_each(:scope))
+    {filters}
+)"""
+
+# FTS5 bm25() is negative (lower is better); its negation is higher-is-better. The unary
+# `+` hides the rowid filter from FTS5: offered `rowid IN (...)`, FTS5 re-runs the MATCH
+# once per eligible rowid (seconds on a few thousand rows) instead of once in total.
+FTS_STRICT = """
+fts_strict AS MATERIALIZED (
+    SELECT rowid AS doc_id, -bm25(docs_fts) AS fts_score
+    FROM docs_fts
+    WHERE docs_fts MATCH :fts_query AND +rowid IN (SELECT doc_id FROM eligible)
+)"""
+FTS_FROM_STRICT = """
+fts AS (SELECT doc_id, fts_score FROM fts_strict)"""
+FTS_RELAXED = """
+fts AS MATERIALIZED (
+    SELECT doc_id, fts_score FROM fts_strict
+    UNION ALL
+    SELECT rowid, -bm25(docs_fts)
+    FROM docs_fts
+    WHERE docs_fts MATCH :fts_relaxed AND +rowid IN (SELECT doc_id FROM eligible)
+      AND NOT EXISTS (SELECT 1 FROM fts_strict)
+)"""
+FTS_ALL = """
+fts AS (SELECT doc_id, 0.0 AS fts_score FROM eligible)"""
+FTS_NONE = """
+fts AS (SELECT 0 AS doc_id, 0.0 AS fts_score WHERE 0)"""
+RELAXED_NEVER = "0"
+RELAXED_WHEN_STRICT_EMPTY = "NOT EXISTS (SELECT 1 FROM fts_strict)"
+RELAXED_ALWAYS = "1"
+
+VALID_VECTOR = """v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
+      AND v.source_hash = c.source_hash"""
+# CROSS JOIN fixes the loop order (SQLite never reorders it): scope first, so the cost
+# follows the eligible set, never the size of the whole vectors table.
+ELIGIBLE_VECTORS = f"""
+    FROM eligible AS e
+    CROSS JOIN chunks AS c ON c.project_id = e.project_id AND c.document_id = e.doc_id
+    CROSS JOIN vectors AS v ON v.chunk_id = c.id
+    WHERE {VALID_VECTOR}"""
+# The CASE keeps vec_distance_cosine away from vectors of other dimensions whatever order
+# SQLite evaluates the WHERE terms in.
+SIMILARITY = (
+    "MIN(1.0, 1.0 - CASE WHEN v.dimensions = :dimensions "
+    "THEN vec_distance_cosine(v.embedding, :query_vector) END)"
+)
+EXACT_SIMS = f"""
+chunk_sims AS MATERIALIZED (
+    SELECT c.document_id AS doc_id, {SIMILARITY} AS sim
+    {ELIGIBLE_VECTORS}
+)"""
+# Both arms are guarded by the same constant condition, which SQLite evaluates once before
+# looping: exactly one of the exact scan and the KNN search runs.
+VECTOR_COUNT = f"""
+vcount AS MATERIALIZED (
+    SELECT COUNT(*) AS n
+    {ELIGIBLE_VECTORS}
+)"""
+KNN = """
+knn AS MATERIALIZED (
+    SELECT chunk_id, distance
+    FROM vec_chunks
+    WHERE embedding MATCH :query_vector AND k = :knn_k
+      AND project_id IN (SELECT value FROM json_each(:scope))
+      AND (SELECT n FROM vcount) > :exact_scan_limit
+)"""
+EXACT_OR_KNN_SIMS = f"""
+chunk_sims AS MATERIALIZED (
+    SELECT c.document_id AS doc_id, {SIMILARITY} AS sim
+    {ELIGIBLE_VECTORS}
+      AND (SELECT n FROM vcount) <= :exact_scan_limit
+    UNION ALL
+    SELECT c.document_id, MIN(1.0, 1.0 - k.distance)
+    FROM knn AS k
+    JOIN chunks AS c ON c.id = k.chunk_id
+    JOIN eligible AS e ON e.doc_id = c.document_id
+    JOIN vectors AS v ON v.chunk_id = c.id
+    WHERE {VALID_VECTOR}
+)"""  # noqa: S608 - only constant fragments are interpolated
+EXACT_ALWAYS = "1"
+EXACT_BY_COUNT = "(SELECT n FROM vcount) <= :exact_scan_limit"
+VECTOR_SCORES = """
+vector_scores AS (
+    SELECT doc_id, MAX(sim) AS v FROM chunk_sims
+    WHERE sim >= :min_similarity
+    GROUP BY doc_id
+)"""
+
+SCORED_FTS = """
+scored AS (
+    SELECT doc_id, fts_score AS score, 0.0 AS v, fts_score,
+           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f
+    FROM fts
+)"""
+SCORED_VECTOR = """
+scored AS (SELECT doc_id, v AS score, v, 0.0 AS fts_score, 0.0 AS f FROM vector_scores)"""
+SCORED_HYBRID = """
+fts_norm AS (
+    SELECT doc_id, fts_score,
+           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f
+    FROM fts
+),
+channels AS (
+    SELECT doc_id, v, 0.0 AS fts_score, 0.0 AS f FROM vector_scores
+    UNION ALL
+    SELECT doc_id, 0.0, fts_score, f FROM fts_norm
+),
+fused AS (
+    SELECT doc_id, MAX(v) AS v, MAX(fts_score) AS fts_score, MAX(f) AS f
+    FROM channels GROUP BY doc_id
+),
+scored AS (
+    SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f
+    FROM fused
+)"""
+
+PAGE = """
+page AS MATERIALIZED (
+    SELECT s.doc_id, s.score, s.v, s.fts_score, s.f, e.project_id, e.kind, e.row_id
+    FROM scored AS s JOIN eligible AS e ON e.doc_id = s.doc_id
+    ORDER BY s.score DESC, e.project_id, e.kind, e.row_id
+    LIMIT :limit OFFSET :offset
+)"""
+META = """
+meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total} AS total)"""
+TOTAL_COUNT = "(SELECT COUNT(*) FROM fts)"
+TOTAL_NONE = "NULL"
+
+CHUNKS_NONE = "NULL"
+TOP_CHUNKS = f"""(
+    SELECT json_group_array(json_array(x.chunk_index, x.text, x.sim)) FROM (
+        SELECT c.chunk_index, c.text, {SIMILARITY} AS sim
+        FROM chunks AS c JOIN vectors AS v ON v.chunk_id = c.id
+        WHERE c.project_id = pg.project_id AND c.document_id = pg.doc_id
+          AND {VALID_VECTOR}
+          AND sim >= :min_similarity
+        ORDER BY sim DESC, c.chunk_index
+        LIMIT :max_chunks
+    ) AS x
+)"""  # noqa: S608 - only constant fragments are interpolated
+FINAL = """
+SELECT m.relaxed, m.exact, m.total,
+       pg.project_id, p.external_id, pg.kind, pg.row_id, d.title, d.path, d.category,
+       d.note_type, d.metadata, d.created_at, d.updated_at,
+       pg.score, pg.v, pg.fts_score, pg.f, substr(d.body, 1, :snippet_chars),
+       {chunks}
+FROM meta AS m
+LEFT JOIN page AS pg ON 1
+LEFT JOIN documents AS d ON d.id = pg.doc_id
+LEFT JOIN projects AS p ON p.project_id = pg.project_id
+ORDER BY pg.score DESC, pg.project_id, pg.kind, pg.row_id"""
+
+
+def statement(ctes: list[str], chunks: str) -> str:
+    """`WITH <ctes> <final select>`."""
+    return "WITH" + ",".join(ctes) + FINAL.format(chunks=chunks)

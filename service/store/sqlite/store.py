@@ -1,0 +1,188 @@
+"""SqliteStore: the embedded backend (one file, FTS5, sqlite-vec, WAL, one writer thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.base import (
+    AccountRecord,
+    Capabilities,
+    DocKey,
+    DocumentWrite,
+    Mode,
+    Outcome,
+    ProjectRecord,
+    ProjectStatus,
+    SearchPage,
+    SearchPlan,
+    StatementHook,
+)
+from service.store.sqlite import accounts, reads
+from service.store.sqlite import writes as write_path
+from service.store.sqlite.connection import ConnectionPool
+from service.store.sqlite.lexical_check import Fts5Checker
+from service.store.sqlite.schema import VectorIndex, migrate, prepare_vector_index
+from service.store.sqlite.search import check_plan, run_search
+
+DEFAULT_READERS = 4
+ADAPTER = "sqlite-vec"
+
+
+class SqliteStore:
+    """Store on one SQLite file: writes through one thread, reads on a small thread pool."""
+
+    def __init__(
+        self,
+        path: Path,
+        identity: EmbeddingIdentity | None = None,
+        *,
+        load_vector_extension: bool = True,
+        readers: int = DEFAULT_READERS,
+    ) -> None:
+        self._path = Path(path)
+        self._identity = identity
+        self._vectors = load_vector_extension
+        self._writer = ConnectionPool(
+            self._path, load_vector_extension, reader=False, size=1, name="sqlite-writer"
+        )
+        self._readers = ConnectionPool(
+            self._path, load_vector_extension, reader=True, size=readers, name="sqlite-reader"
+        )
+        self._checker = Fts5Checker()
+        self._index = VectorIndex(None, False)
+        self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Vector search is on when sqlite-vec loaded; `vector_reason` says what is missing."""
+        return self._capabilities
+
+    async def open(self) -> None:
+        """Create the file if needed, migrate, and (re)build the vec0 table for `identity`."""
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        await self._writer.run(migrate)
+        support = self._writer.support
+        self._index = await self._writer.run(
+            lambda conn: prepare_vector_index(conn, self._identity, support.loaded)
+        )
+        self._capabilities = Capabilities("sqlite", support.loaded, ADAPTER, support.reason)
+
+    async def close(self) -> None:
+        """Finish running jobs and close every connection."""
+        await asyncio.to_thread(self._writer.close)
+        await asyncio.to_thread(self._readers.close)
+        self._checker.close()
+
+    async def ping(self) -> None:
+        """Raise errors.Unavailable when the file cannot be read."""
+        await self._readers.run(lambda conn: conn.execute("SELECT 1").fetchall())
+
+    def add_statement_hook(self, hook: StatementHook) -> None:
+        """Call `hook(sql)` for every statement run on the store's connections."""
+        self._readers.add_hook(hook)
+        self._writer.add_hook(hook)
+
+    async def create_project(self, tenant: str, external_id: str, name: str) -> ProjectRecord:
+        """Create a project; errors.AlreadyExists when the external id is taken."""
+        return await self._writer.run(
+            lambda conn: write_path.create_project(conn, tenant, external_id, name)
+        )
+
+    async def list_projects(self, tenant: str, after_id: int, limit: int) -> list[ProjectRecord]:
+        """Projects of `tenant` with id > after_id, by id."""
+        return await self._readers.run(
+            lambda conn: reads.list_projects(conn, tenant, after_id, limit)
+        )
+
+    async def get_projects(self, tenant: str, project_ids: Sequence[int]) -> list[ProjectRecord]:
+        """The subset of `project_ids` owned by `tenant`."""
+        ids = list(project_ids)
+        if not ids:
+            return []
+        return await self._readers.run(lambda conn: reads.get_projects(conn, tenant, ids))
+
+    async def delete_project(self, tenant: str, project_id: int) -> int | None:
+        """Delete a project of `tenant` with everything in it; None when not found."""
+        index = self._index
+        return await self._writer.run(
+            lambda conn: write_path.delete_project(conn, tenant, project_id, index)
+        )
+
+    async def document_hashes(self, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
+        """Stored content hashes of the given documents (missing keys are absent)."""
+        wanted = list(keys)
+        if not wanted:
+            return {}
+        return await self._readers.run(lambda conn: reads.document_hashes(conn, project_id, wanted))
+
+    async def ready_vectors(
+        self, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+    ) -> dict[str, list[float]]:
+        """Ready vectors of `identity` already stored in the project for these chunk texts."""
+        hashes = list(source_hashes)
+        if not hashes:
+            return {}
+        return await self._readers.run(
+            lambda conn: reads.ready_vectors(conn, project_id, hashes, identity)
+        )
+
+    async def write_documents(
+        self, project_id: int, writes: Sequence[DocumentWrite]
+    ) -> list[Outcome]:
+        """Replace each document with its chunks and vectors (one transaction)."""
+        batch, index = list(writes), self._index
+        if not batch:
+            return []
+        return await self._writer.run(
+            lambda conn: write_path.write_documents(conn, project_id, batch, index)
+        )
+
+    async def delete_documents(self, project_id: int, keys: Sequence[DocKey]) -> int:
+        """Delete documents; returns how many existed."""
+        wanted, index = list(keys), self._index
+        return await self._writer.run(
+            lambda conn: write_path.delete_documents(conn, project_id, wanted, index)
+        )
+
+    async def index_status(
+        self, tenant: str, project_ids: Sequence[int], identity: EmbeddingIdentity | None
+    ) -> list[ProjectStatus]:
+        """Status of the tenant's projects among `project_ids` (all of them when empty)."""
+        ids = list(project_ids)
+        return await self._readers.run(lambda conn: reads.index_status(conn, tenant, ids, identity))
+
+    async def search(self, plan: SearchPlan) -> SearchPage:
+        """One retrieval statement (FTS total included) over the plan's scope."""
+        caps = self._capabilities
+        check_plan(plan, caps.vector_search, caps.vector_reason)
+        if not plan.project_ids:
+            total = 0 if plan.mode is Mode.FTS else None
+            return SearchPage((), total, False, False, True)
+        index, checker = self._index, self._checker
+        return await self._readers.run(lambda conn: run_search(conn, plan, index, checker))
+
+    async def create_account(self, record: AccountRecord) -> None:
+        """Store an account."""
+        await self._writer.run(lambda conn: accounts.create_account(conn, record))
+
+    async def list_accounts(self, tenant: str) -> list[AccountRecord]:
+        """Accounts of `tenant`."""
+        return await self._readers.run(lambda conn: accounts.list_accounts(conn, tenant))
+
+    async def delete_account(self, tenant: str, account_id: str) -> bool:
+        """Delete an account of `tenant`; False when not found."""
+        return await self._writer.run(
+            lambda conn: accounts.delete_account(conn, tenant, account_id)
+        )
+
+    async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
+        """Mark an account as needing reconnection (after a 401/403) or healthy again."""
+        await self._writer.run(lambda conn: accounts.set_reconnect(conn, tenant, account_id, needs))

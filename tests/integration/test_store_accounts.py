@@ -1,0 +1,44 @@
+"""Provider accounts: stored sealed, scoped by tenant."""
+
+from __future__ import annotations
+
+import pytest
+
+from service import errors
+from service.store.base import AccountRecord, Store
+from tests.integration.conftest import at
+
+
+def _account(account_id: str, tenant: str = "acme", day: int = 1) -> AccountRecord:
+    return AccountRecord(
+        account_id=account_id,
+        tenant=tenant,
+        provider="github",
+        display_name=f"GitHub {account_id}",
+        base_url="https://github.example.com/api/v3",
+        sealed_credentials=b"\x00sealed\xff",
+        created_at=at(day),
+    )
+
+
+async def test_accounts_round_trip(store: Store) -> None:
+    await store.create_account(_account("a1"))
+    await store.create_account(_account("a2", day=2))
+    await store.create_account(_account("b1", tenant="globex"))
+    with pytest.raises(errors.AlreadyExists):
+        await store.create_account(_account("a1"))
+
+    assert await store.list_accounts("acme") == [_account("a1"), _account("a2", day=2)]
+
+    await store.set_account_reconnect("acme", "a2", True)
+    await store.set_account_reconnect("acme", "b1", True)  # another tenant's: no effect
+    flagged = {a.account_id: a.needs_reconnect for a in await store.list_accounts("acme")}
+    assert flagged == {"a1": False, "a2": True}
+    assert [a.needs_reconnect for a in await store.list_accounts("globex")] == [False]
+    await store.set_account_reconnect("acme", "a2", False)
+    assert not any(a.needs_reconnect for a in await store.list_accounts("acme"))
+
+    assert await store.delete_account("acme", "b1") is False
+    assert await store.delete_account("acme", "a1") is True
+    assert await store.delete_account("acme", "a1") is False
+    assert [a.account_id for a in await store.list_accounts("acme")] == ["a2"]

@@ -1,0 +1,160 @@
+"""Lexical channel: relaxation over the whole scope, malformed and explicit-invalid syntax."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.projects.lexical import LexicalQuery
+from service.store.base import Mode
+from tests.integration.conftest import SEMANTIC, Corpus, Doc, shared_nebula
+
+LEXICAL = (Mode.FTS, Mode.HYBRID)
+
+
+@pytest.mark.parametrize("mode", LEXICAL)
+@pytest.mark.parametrize("text", ["Did nebula go hiking at sunrise?", "foo<nebula baz qux"])
+async def test_relaxed_query_keeps_scope_counts_and_pages(
+    corpus: Corpus, mode: Mode, text: str
+) -> None:
+    projects = await corpus.projects(3)
+    for project in projects[:2]:
+        await corpus.write(
+            project.project_id,
+            [
+                Doc(kind, "500", f"nebula {kind} notes", vectors="pending")
+                for kind in ("note", "observation", "relation")
+            ],
+        )
+    scope = [p.project_id for p in projects]
+    whole = await corpus.search(scope, mode, text, limit=100)
+    assert len(whole.hits) == 6
+    assert whole.relaxed is True
+    assert {h.project_id for h in whole.hits} == {p.project_id for p in projects[:2]}
+    assert all(h.vector_score == 0 and h.fts_score > 0 for h in whole.hits)
+    if mode is Mode.FTS:
+        assert whole.total == 6
+    pages = [await corpus.search(scope, mode, text, limit=2, offset=o) for o in (0, 2, 4)]
+    assert [h for p in pages for h in p.hits] == list(whole.hits)
+    assert [p.has_more for p in pages] == [True, True, False]
+    assert all(p.relaxed for p in pages)
+
+
+@pytest.mark.parametrize("mode", LEXICAL)
+async def test_relaxation_is_decided_over_the_whole_scope(corpus: Corpus, mode: Mode) -> None:
+    # Two rows match every word; many more match some word. Page 2 must stay strict.
+    (project,) = await corpus.projects(1)
+    docs = [
+        Doc("note", f"s{i}", "shared nebula observation log", vectors="pending") for i in range(2)
+    ]
+    docs += [Doc("note", f"w{i}", f"shared memo {i}", vectors="pending") for i in range(6)]
+    await corpus.write(project.project_id, docs)
+    text = "shared nebula observation"
+
+    first = await corpus.search([project.project_id], mode, text, limit=2)
+    deep = await corpus.search([project.project_id], mode, text, limit=2, offset=2)
+
+    assert sorted(h.row_id for h in first.hits) == ["s0", "s1"]
+    assert first.relaxed is False
+    assert deep.hits == ()
+    assert deep.relaxed is False
+    assert deep.has_more is False
+    if mode is Mode.FTS:
+        assert (first.total, deep.total, first.has_more) == (2, 2, False)
+
+
+@pytest.mark.parametrize("mode", LEXICAL)
+@pytest.mark.parametrize("text", ["foo<bar", "nebula AND unavailable", '"unbalanced'])
+async def test_invalid_or_explicit_text_never_broadens(
+    corpus: Corpus, mode: Mode, text: str
+) -> None:
+    projects = await shared_nebula(corpus, 1)
+    # min_similarity -1 admits every valid vector, whatever the query's words.
+    page = await corpus.search([projects[0].project_id], mode, text, min_similarity=-1.0)
+    if mode is Mode.FTS:
+        assert (page.hits, page.total, page.relaxed) == ((), 0, False)
+    else:
+        # The vector channel still answers; the lexical one adds nothing.
+        assert len(page.hits) == 3
+        assert all(h.fts_score == 0 and h.fts_normalized == 0 for h in page.hits)
+
+
+# Deliberately broken strict forms for both dialects, as if a compiler bug let them through.
+BROKEN = LexicalQuery(
+    fts5='content : ("nebula" AND',
+    fts5_relaxed=None,
+    tsquery="nebula & (",
+    tsquery_relaxed=None,
+    script_tsquery=None,
+    terms=("nebula",),
+    explicit=False,
+)
+BROKEN_WITH_RELAXED = LexicalQuery(
+    fts5='content : ("nebula" AND',
+    fts5_relaxed='content : ("nebula" OR "quasar")',
+    tsquery="nebula & (",
+    tsquery_relaxed="nebula | quasar",
+    script_tsquery=None,
+    terms=("nebula", "quasar"),
+    explicit=False,
+)
+
+
+@pytest.mark.parametrize("mode", LEXICAL)
+async def test_syntax_error_falls_back_to_relaxed_form(corpus: Corpus, mode: Mode) -> None:
+    projects = await shared_nebula(corpus, 2)
+    scope = [p.project_id for p in projects]
+    page = await corpus.search(scope, mode, "nebula quasar", lexical=BROKEN_WITH_RELAXED)
+    assert len(page.hits) == 6
+    assert page.relaxed is True
+    assert all(h.fts_score > 0 for h in page.hits)
+
+
+@pytest.mark.parametrize("mode", LEXICAL)
+async def test_syntax_error_without_relaxed_form_empties_the_channel(
+    corpus: Corpus, mode: Mode
+) -> None:
+    projects = await shared_nebula(corpus, 2)
+    scope = [p.project_id for p in projects]
+    page = await corpus.search(scope, mode, "nebula", lexical=BROKEN)
+    if mode is Mode.FTS:
+        assert (page.hits, page.total) == ((), 0)
+    else:
+        assert len(page.hits) == 6
+        assert all(h.fts_score == 0 for h in page.hits)
+
+
+async def test_cjk_text_matches_through_ngrams(corpus: Corpus) -> None:
+    (project,) = await corpus.projects(1)
+    await corpus.write(
+        project.project_id,
+        [
+            Doc("note", "zh", "物竞天择\uff0c即适者生存\u3002"),
+            Doc("note", "en", "survival of the fittest"),
+        ],
+    )
+    page = await corpus.search([project.project_id], Mode.FTS, "适者生存")
+    assert [h.row_id for h in page.hits] == ["zh"]
+
+
+@pytest.mark.parametrize("mode", SEMANTIC)
+async def test_hybrid_fuses_with_global_normalisation(corpus: Corpus, mode: Mode) -> None:
+    (project,) = await corpus.projects(1)
+    await corpus.write(
+        project.project_id,
+        [
+            Doc("note", "both", "quasar jet quasar jet"),
+            Doc("note", "lexical", "quasar jet", vectors="pending"),
+            Doc("note", "vector", "radio jet emission"),
+        ],
+    )
+    page = await corpus.search([project.project_id], mode, "quasar jet")
+    hits = {h.row_id: h for h in page.hits}
+    for hit in hits.values():
+        v, f = hit.vector_score, hit.fts_normalized
+        expected = max(v, f) + 0.3 * min(v, f) if mode is Mode.HYBRID else v
+        assert hit.score == pytest.approx(expected, abs=1e-9)
+    if mode is Mode.HYBRID:
+        assert max(h.fts_normalized for h in hits.values()) == pytest.approx(1.0)
+        assert hits["lexical"].vector_score == 0
+        assert hits["lexical"].score == pytest.approx(hits["lexical"].fts_normalized)
+        assert hits["both"].score > 1.0

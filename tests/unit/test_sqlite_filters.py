@@ -1,0 +1,67 @@
+"""Filter SQL for SQLite: fixed fragments, bound values, quoted JSON paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from service import errors
+from service.store.base import Filters, MetadataCondition
+from service.store.sqlite.filters import filter_sql, json_path
+
+
+def test_json_path_quotes_every_segment() -> None:
+    assert json_path(("owner", "team-1")) == '$."owner"."team-1"'
+
+
+@pytest.mark.parametrize("segments", [(), ("",), ('a"b',), ("a\\b",)])
+def test_json_path_rejects_unquotable_segments(segments: tuple[str, ...]) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        json_path(segments)
+
+
+def test_user_values_are_bound_never_inlined() -> None:
+    hostile = "x' OR '1'='1"
+    filters = Filters(
+        kinds=(hostile,),
+        categories=(hostile,),
+        note_types=(hostile,),
+        directory_prefix=hostile,
+        metadata=(
+            MetadataCondition(("status",), "eq", (hostile,)),
+            MetadataCondition(("tags",), "contains_all", (hostile, 2.0, True)),
+            MetadataCondition(("n",), "between", (1.0, 2.0)),
+        ),
+    )
+    sql, bindings = filter_sql(filters)
+    assert "OR '1'" not in sql
+    assert hostile in bindings["m0_0"]
+    assert bindings["dir_low"] == hostile + "/"
+    assert bindings["m1_2"] == "true"
+
+
+def test_directory_prefix_is_normalised_to_a_segment_range() -> None:
+    _, bindings = filter_sql(Filters(directory_prefix="./specs/"))
+    assert (bindings["dir_low"], bindings["dir_high"]) == ("specs/", "specs0")
+    sql, bindings = filter_sql(Filters(directory_prefix=" / "))
+    assert sql == ""
+    assert bindings == {}
+
+
+def test_note_types_are_lower_cased() -> None:
+    _, bindings = filter_sql(Filters(note_types=("Spec", "MEMO")))
+    assert bindings["note_types"] == '["spec", "memo"]'
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        MetadataCondition(("a",), "gt", (True,)),
+        MetadataCondition(("a",), "between", ("x", 1.0)),
+        MetadataCondition(("a",), "between", (1.0,)),
+        MetadataCondition(("a",), "eq", ()),
+        MetadataCondition(("a",), "regex", ("x",)),
+    ],
+)
+def test_malformed_conditions_are_invalid_arguments(condition: MetadataCondition) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        filter_sql(Filters(metadata=(condition,)))

@@ -1,0 +1,60 @@
+"""Migrations are idempotent; the vec0 table follows the configured embedding identity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.sqlite.connection import connect
+from service.store.sqlite.schema import MIGRATIONS, migrate, prepare_vector_index
+
+SMALL = EmbeddingIdentity("m", 4)
+LARGE = EmbeddingIdentity("m", 8)
+
+
+def _vec_sql(conn: apsw.Connection) -> str | None:
+    rows = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vec_chunks'").fetchall()
+    return str(rows[0][0]) if rows else None
+
+
+def test_migrations_apply_once(tmp_path: Path) -> None:
+    conn, _ = connect(tmp_path / "db", True, reader=False)
+    assert migrate(conn) == [version for version, _, _ in MIGRATIONS]
+    assert migrate(conn) == []
+    versions = conn.execute("SELECT version FROM schema_migrations").fetchall()
+    assert versions == [(version,) for version, _, _ in MIGRATIONS]
+    indexes = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+    ).fetchall()
+    assert all("(project_id" in str(sql) or "(tenant" in str(sql) for (sql,) in indexes)
+
+
+def test_vec_table_is_rebuilt_for_a_new_identity(tmp_path: Path) -> None:
+    conn, support = connect(tmp_path / "db", True, reader=False)
+    migrate(conn)
+    assert prepare_vector_index(conn, SMALL, support.loaded).identity == SMALL
+    assert "FLOAT[4]" in (_vec_sql(conn) or "")
+    again = prepare_vector_index(conn, SMALL, support.loaded)
+    assert (again.identity, again.usable) == (SMALL, True)
+    assert prepare_vector_index(conn, LARGE, support.loaded).identity == LARGE
+    assert "FLOAT[8]" in (_vec_sql(conn) or "")
+
+
+def test_opening_without_the_extension_marks_the_vec_table_stale(tmp_path: Path) -> None:
+    conn, support = connect(tmp_path / "db", True, reader=False)
+    migrate(conn)
+    prepare_vector_index(conn, SMALL, support.loaded)
+    conn.close()
+
+    plain, _ = connect(tmp_path / "db", False, reader=False)
+    index = prepare_vector_index(plain, SMALL, False)
+    assert (index.identity, index.usable) == (SMALL, False)
+    assert plain.execute("SELECT stale FROM vector_index").fetchall() == [(1,)]
+    plain.close()
+
+    conn, support = connect(tmp_path / "db", True, reader=False)
+    index = prepare_vector_index(conn, SMALL, support.loaded)
+    assert index.usable
+    assert conn.execute("SELECT stale FROM vector_index").fetchall() == [(0,)]

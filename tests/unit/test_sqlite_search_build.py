@@ -1,0 +1,123 @@
+"""How the SQLite search statement is assembled for each plan."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service import errors
+from service.embeddings.base import EmbeddingIdentity
+from service.projects.lexical import LexicalQuery, compile_query
+from service.store.base import DocumentInput, DocumentWrite, Filters, Mode, SearchPlan
+from service.store.sqlite import SqliteStore
+from service.store.sqlite import search_sql as q
+from service.store.sqlite.lexical_check import Fts5Checker
+from service.store.sqlite.schema import VectorIndex
+from service.store.sqlite.search import build, choose_lexical
+
+IDENTITY = EmbeddingIdentity("m", 4)
+
+
+@pytest.fixture
+def checker() -> Iterator[Fts5Checker]:
+    probe = Fts5Checker()
+    yield probe
+    probe.close()
+
+
+def _plan(mode: Mode, lexical: LexicalQuery | None, limit: int = 10, offset: int = 0) -> SearchPlan:
+    vector = None if mode is Mode.FTS else (1.0, 0.0, 0.0, 0.0)
+    return SearchPlan("t", (1, 2), mode, lexical, vector, IDENTITY, Filters(), limit, offset)
+
+
+def _lexical(fts5: str | None, relaxed: str | None) -> LexicalQuery:
+    return LexicalQuery(fts5, relaxed, None, None, None, (), False)
+
+
+@pytest.mark.parametrize(
+    ("strict", "relaxed", "ctes", "flag"),
+    [
+        (
+            'content : ("a")',
+            'content : ("a" OR "b")',
+            (q.FTS_STRICT, q.FTS_RELAXED),
+            q.RELAXED_WHEN_STRICT_EMPTY,
+        ),
+        ('content : ("a")', None, (q.FTS_STRICT, q.FTS_FROM_STRICT), q.RELAXED_NEVER),
+        ('content : ("a")', "broken (", (q.FTS_STRICT, q.FTS_FROM_STRICT), q.RELAXED_NEVER),
+        ("broken (", 'content : ("a")', (q.FTS_STRICT, q.FTS_FROM_STRICT), q.RELAXED_ALWAYS),
+        ("broken (", None, (q.FTS_NONE,), q.RELAXED_NEVER),
+    ],
+)
+def test_lexical_choice(
+    checker: Fts5Checker, strict: str, relaxed: str | None, ctes: tuple[str, ...], flag: str
+) -> None:
+    chosen = choose_lexical(_plan(Mode.FTS, _lexical(strict, relaxed)), checker)
+    assert (chosen.ctes, chosen.relaxed) == (ctes, flag)
+    if flag == q.RELAXED_ALWAYS:
+        assert chosen.bindings["fts_query"] == relaxed
+
+
+def test_blank_text_lists_in_fts_and_is_silent_in_hybrid(checker: Fts5Checker) -> None:
+    assert choose_lexical(_plan(Mode.FTS, None), checker).ctes == (q.FTS_ALL,)
+    assert choose_lexical(_plan(Mode.HYBRID, None), checker).ctes == (q.FTS_NONE,)
+    assert choose_lexical(_plan(Mode.FTS, None), checker, disabled=True).ctes == (q.FTS_NONE,)
+
+
+def test_knn_arm_only_for_the_indexed_identity(checker: Fts5Checker) -> None:
+    plan = _plan(Mode.VECTOR, compile_query("a b"))
+    with_knn, bindings = build(plan, VectorIndex(IDENTITY, True), checker)
+    assert "vec_chunks" in with_knn
+    assert "vcount" in with_knn
+    assert bindings["limit"] == 11  # one probe row
+    other = VectorIndex(EmbeddingIdentity("other", 4), True)
+    for index in (other, VectorIndex(IDENTITY, False)):
+        exact_only, _ = build(plan, index, checker)
+        assert "vec_chunks" not in exact_only
+
+
+def test_fts_statement_counts_in_the_same_statement(checker: Fts5Checker) -> None:
+    sql, bindings = build(_plan(Mode.FTS, compile_query("a")), VectorIndex(None, False), checker)
+    assert q.TOTAL_COUNT in sql
+    assert "vec_distance" not in sql
+    assert bindings["limit"] == 10
+    assert sql.count("SELECT m.relaxed") == 1
+
+
+def test_knn_k_is_capped() -> None:
+    from service.store.sqlite.search import KNN_MAX_K
+
+    plan = _plan(Mode.VECTOR, None, limit=1000, offset=5000)
+    checker = Fts5Checker()
+    _, bindings = build(plan, VectorIndex(IDENTITY, True), checker)
+    checker.close()
+    assert bindings["knn_k"] == KNN_MAX_K
+
+
+async def test_plan_timeout_cancels_the_statement(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.sqlite3", IDENTITY)
+    await store.open()
+    try:
+        project = await store.create_project("t", "p", "p")
+        docs = [
+            DocumentWrite(
+                DocumentInput("note", str(i), "t", "p.md", "body", "", "", {}, None, None, "h", ""),
+                [],
+            )
+            for i in range(500)
+        ]
+        await store.write_documents(project.project_id, docs)
+        # Enough rows for the progress handler to run; a deadline already in the past.
+        plan = dataclasses.replace(
+            _plan(Mode.FTS, None), project_ids=(project.project_id,), tenant="t", timeout=1e-9
+        )
+        with pytest.raises(errors.DeadlineExceeded):
+            await store.search(plan)
+        ok = await store.search(dataclasses.replace(plan, timeout=5.0))
+        assert ok.total == 500
+        assert (await store.search(dataclasses.replace(plan, timeout=None))).total == 500
+    finally:
+        await store.close()
