@@ -41,7 +41,8 @@ async def test_relaxed_query_keeps_scope_counts_and_pages(
 
 @pytest.mark.parametrize("mode", LEXICAL)
 async def test_relaxation_is_decided_over_the_whole_scope(corpus: Corpus, mode: Mode) -> None:
-    # Two rows match every word; many more match some word. Page 2 must stay strict.
+    # Two rows match every word; six more match some word. Relaxation is tiered: the rows
+    # matching every word rank first, the rest follow, and every page agrees on it.
     (project,) = await corpus.projects(1)
     docs = [
         Doc("note", f"s{i}", "shared nebula observation log", vectors="pending") for i in range(2)
@@ -50,16 +51,28 @@ async def test_relaxation_is_decided_over_the_whole_scope(corpus: Corpus, mode: 
     await corpus.write(project.project_id, docs)
     text = "shared nebula observation"
 
-    first = await corpus.search([project.project_id], mode, text, limit=2)
-    deep = await corpus.search([project.project_id], mode, text, limit=2, offset=2)
+    whole = await corpus.search([project.project_id], mode, text, limit=100)
+    pages = [
+        await corpus.search([project.project_id], mode, text, limit=2, offset=o)
+        for o in (0, 2, 4, 6)
+    ]
 
-    assert sorted(h.row_id for h in first.hits) == ["s0", "s1"]
-    assert first.relaxed is False
-    assert deep.hits == ()
-    assert deep.relaxed is False
-    assert deep.has_more is False
+    assert sorted(h.row_id for h in pages[0].hits) == ["s0", "s1"]
+    assert [h for p in pages for h in p.hits] == list(whole.hits)
+    assert {h.row_id for p in pages[1:] for h in p.hits} == {f"w{i}" for i in range(6)}
+    assert all(p.relaxed for p in pages)
+    assert [p.has_more for p in pages] == [True, True, True, False]
     if mode is Mode.FTS:
-        assert (first.total, deep.total, first.has_more) == (2, 2, False)
+        assert {p.total for p in pages} == {8}
+
+
+async def test_strict_matches_alone_do_not_relax(corpus: Corpus) -> None:
+    (project,) = await corpus.projects(1)
+    docs = [Doc("note", f"s{i}", "shared nebula observation", vectors="pending") for i in range(2)]
+    docs += [Doc("note", "x", "unrelated words", vectors="pending")]
+    await corpus.write(project.project_id, docs)
+    page = await corpus.search([project.project_id], Mode.FTS, "shared nebula observation")
+    assert (page.total, page.relaxed) == (2, False)
 
 
 @pytest.mark.parametrize("mode", LEXICAL)

@@ -37,22 +37,24 @@ fts_strict AS MATERIALIZED (
     WHERE docs_fts MATCH :fts_query AND +rowid IN (SELECT doc_id FROM eligible)
 )"""
 FTS_FROM_STRICT = """
-fts AS (SELECT doc_id, fts_score FROM fts_strict)"""
+fts AS (SELECT doc_id, fts_score, 1 AS tier FROM fts_strict)"""
+# Relaxation is tiered and decided over the whole scope: rows matching every word (tier 1)
+# rank first, then rows matching only some of the words (tier 0), each tier by BM25.
 FTS_RELAXED = """
 fts AS MATERIALIZED (
-    SELECT doc_id, fts_score FROM fts_strict
+    SELECT doc_id, fts_score, 1 AS tier FROM fts_strict
     UNION ALL
-    SELECT rowid, -bm25(docs_fts)
+    SELECT rowid, -bm25(docs_fts), 0
     FROM docs_fts
     WHERE docs_fts MATCH :fts_relaxed AND +rowid IN (SELECT doc_id FROM eligible)
-      AND NOT EXISTS (SELECT 1 FROM fts_strict)
+      AND rowid NOT IN (SELECT doc_id FROM fts_strict)
 )"""
 FTS_ALL = """
-fts AS (SELECT doc_id, 0.0 AS fts_score FROM eligible)"""
+fts AS (SELECT doc_id, 0.0 AS fts_score, 1 AS tier FROM eligible)"""
 FTS_NONE = """
-fts AS (SELECT 0 AS doc_id, 0.0 AS fts_score WHERE 0)"""
+fts AS (SELECT 0 AS doc_id, 0.0 AS fts_score, 1 AS tier WHERE 0)"""
 RELAXED_NEVER = "0"
-RELAXED_WHEN_STRICT_EMPTY = "NOT EXISTS (SELECT 1 FROM fts_strict)"
+RELAXED_WHEN_STRICT_EMPTY = "EXISTS (SELECT 1 FROM fts WHERE tier = 0)"
 RELAXED_ALWAYS = "1"
 
 VALID_VECTOR = """v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
@@ -115,11 +117,13 @@ vector_scores AS (
 SCORED_FTS = """
 scored AS (
     SELECT doc_id, fts_score AS score, 0.0 AS v, fts_score,
-           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f
+           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f, tier
     FROM fts
 )"""
 SCORED_VECTOR = """
-scored AS (SELECT doc_id, v AS score, v, 0.0 AS fts_score, 0.0 AS f FROM vector_scores)"""
+scored AS (
+    SELECT doc_id, v AS score, v, 0.0 AS fts_score, 0.0 AS f, 1 AS tier FROM vector_scores
+)"""
 SCORED_HYBRID = """
 fts_norm AS (
     SELECT doc_id, fts_score,
@@ -136,15 +140,15 @@ fused AS (
     FROM channels GROUP BY doc_id
 ),
 scored AS (
-    SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f
+    SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f, 1 AS tier
     FROM fused
 )"""
 
 PAGE = """
 page AS MATERIALIZED (
-    SELECT s.doc_id, s.score, s.v, s.fts_score, s.f, e.project_id, e.kind, e.row_id
+    SELECT s.doc_id, s.score, s.v, s.fts_score, s.f, s.tier, e.project_id, e.kind, e.row_id
     FROM scored AS s JOIN eligible AS e ON e.doc_id = s.doc_id
-    ORDER BY s.score DESC, e.project_id, e.kind, e.row_id
+    ORDER BY s.tier DESC, s.score DESC, e.project_id, e.kind, e.row_id
     LIMIT :limit OFFSET :offset
 )"""
 META = """
@@ -174,7 +178,7 @@ FROM meta AS m
 LEFT JOIN page AS pg ON 1
 LEFT JOIN documents AS d ON d.id = pg.doc_id
 LEFT JOIN projects AS p ON p.project_id = pg.project_id
-ORDER BY pg.score DESC, pg.project_id, pg.kind, pg.row_id"""
+ORDER BY pg.tier DESC, pg.score DESC, pg.project_id, pg.kind, pg.row_id"""
 
 
 def statement(ctes: list[str], chunks: str) -> str:

@@ -1,0 +1,247 @@
+"""Versioned schema migrations, applied at start-up under an advisory lock.
+
+Every table that grows with content (documents, chunks, vectors) is keyed by `project_id`
+first, so the same DDL works with `PARTITION BY HASH (project_id)` or Citus distribution.
+The GIN indexes are the exception (GIN has no btree leading column without btree_gin);
+under partitioning each partition carries its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import asyncpg
+
+from service.embeddings.base import EmbeddingIdentity
+
+# pg_advisory_xact_lock key shared by every replica: "search-service schema" as a bigint.
+MIGRATION_LOCK_KEY = 0x5EA2C4_5C4E3A
+# Words of a document body beyond this many characters are not in its tsvector: a tsvector
+# holds at most 1 MiB, and 100,000 characters stay below that even for 4-byte characters
+# (lexemes <= 400 KB, entries and positions <= 300 KB). Chunks still carry the full text.
+FTS_BODY_CHARS = 100_000
+FTS_NGRAM_CHARS = 100_000
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema version: statements run in one transaction."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+LOCK = "SELECT pg_advisory_xact_lock($1)"
+APPLIED_VERSIONS = "SELECT version FROM schema_migrations"
+RECORD_VERSION = "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)"
+
+_PROJECTS = """
+CREATE TABLE projects (
+    project_id  bigserial PRIMARY KEY,
+    tenant      text NOT NULL,
+    external_id text NOT NULL,
+    name        text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT projects_tenant_external_id_key UNIQUE (tenant, external_id)
+)"""
+_PROJECTS_TENANT = "CREATE INDEX projects_tenant_idx ON projects (tenant, project_id)"
+_DOCUMENTS = """
+CREATE TABLE documents (
+    project_id   bigint NOT NULL REFERENCES projects (project_id) ON DELETE CASCADE,
+    kind         text NOT NULL,
+    row_id       text NOT NULL,
+    title        text NOT NULL,
+    path         text NOT NULL,
+    body         text NOT NULL,
+    category     text NOT NULL,
+    note_type    text NOT NULL,
+    metadata     jsonb NOT NULL,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
+    content_hash text NOT NULL,
+    fts          tsvector NOT NULL,
+    ngram_fts    tsvector NOT NULL,
+    doc_len      integer NOT NULL,
+    ngram_len    integer NOT NULL,
+    -- INCLUDE: BM25 statistics of a scope come from an index-only scan.
+    PRIMARY KEY (project_id, kind, row_id) INCLUDE (doc_len, ngram_len)
+)"""
+# Searches read `fts` several times per candidate: keep it (and rows up to a page) inline,
+# since each out-of-line read is a TOAST index lookup. Large bodies still move out first.
+_DOCUMENTS_INLINE = """
+ALTER TABLE documents
+    SET (toast_tuple_target = 8160),
+    ALTER COLUMN fts SET STORAGE MAIN,
+    ALTER COLUMN ngram_fts SET STORAGE MAIN"""
+_DOCUMENTS_FTS = "CREATE INDEX documents_fts_idx ON documents USING gin (fts)"
+_DOCUMENTS_NGRAM_FTS = "CREATE INDEX documents_ngram_fts_idx ON documents USING gin (ngram_fts)"
+_CHUNKS = """
+CREATE TABLE chunks (
+    project_id  bigint NOT NULL,
+    kind        text NOT NULL,
+    row_id      text NOT NULL,
+    chunk_index integer NOT NULL,
+    text        text NOT NULL,
+    source_hash text NOT NULL,
+    PRIMARY KEY (project_id, kind, row_id, chunk_index) INCLUDE (source_hash),
+    FOREIGN KEY (project_id, kind, row_id)
+        REFERENCES documents (project_id, kind, row_id) ON DELETE CASCADE
+)"""
+_VECTORS = """
+CREATE TABLE vectors (
+    project_id  bigint NOT NULL,
+    kind        text NOT NULL,
+    row_id      text NOT NULL,
+    chunk_index integer NOT NULL,
+    model       text NOT NULL,
+    dimensions  integer NOT NULL,
+    source_hash text NOT NULL,
+    state       text NOT NULL,
+    embedding   vector,
+    ann         boolean NOT NULL DEFAULT false,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (project_id, kind, row_id, chunk_index, model, dimensions),
+    FOREIGN KEY (project_id, kind, row_id, chunk_index)
+        REFERENCES chunks (project_id, kind, row_id, chunk_index) ON DELETE CASCADE,
+    CONSTRAINT vectors_state_check CHECK (state IN ('pending', 'ready')),
+    CONSTRAINT vectors_embedding_check CHECK (
+        state = 'pending' OR (embedding IS NOT NULL AND vector_dims(embedding) = dimensions)
+    )
+)"""
+_VECTORS_SOURCE = """
+CREATE INDEX vectors_source_idx ON vectors (project_id, model, dimensions, source_hash)
+    WHERE state = 'ready'"""
+# Ready vectors not yet in the HNSW index (see service.store.postgres.ann).
+_VECTORS_ANN_BACKLOG = """
+CREATE INDEX vectors_ann_backlog_idx ON vectors (project_id, model, dimensions)
+    WHERE state = 'ready' AND NOT ann"""
+_ACCOUNTS = """
+CREATE TABLE accounts (
+    tenant             text NOT NULL,
+    account_id         text NOT NULL,
+    provider           text NOT NULL,
+    display_name       text NOT NULL,
+    base_url           text NOT NULL,
+    sealed_credentials bytea NOT NULL,
+    created_at         timestamptz NOT NULL,
+    needs_reconnect    boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (account_id)
+)"""
+_ACCOUNTS_TENANT = "CREATE INDEX accounts_tenant_idx ON accounts (tenant, created_at)"
+# A malformed query becomes NULL instead of an error, so one statement can fall back to the
+# relaxed form (or to an empty lexical channel) without a savepoint or a second round trip.
+# PostgreSQL 16+ checks the syntax first (pg_input_is_valid), with no exception block and so
+# no subtransaction per call; older servers catch the error (OTHERS never catches
+# query_canceled, so statement timeouts still stop the statement). plpgsql keeps the planner
+# from folding to_tsquery() over a constant, malformed argument while planning.
+_TRY_TSQUERY = """
+DO $do$
+BEGIN
+    IF current_setting('server_version_num')::integer >= 160000 THEN
+        EXECUTE $ddl$
+            CREATE OR REPLACE FUNCTION search_try_tsquery(config regconfig, query text)
+            RETURNS tsquery LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
+            BEGIN
+                IF pg_input_is_valid(query, 'tsquery') THEN
+                    RETURN to_tsquery(config, query);
+                END IF;
+                RETURN NULL;
+            END
+            $fn$
+        $ddl$;
+    ELSE
+        EXECUTE $ddl$
+            CREATE OR REPLACE FUNCTION search_try_tsquery(config regconfig, query text)
+            RETURNS tsquery LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
+            BEGIN
+                RETURN to_tsquery(config, query);
+            EXCEPTION WHEN OTHERS THEN
+                RETURN NULL;
+            END
+            $fn$
+        $ddl$;
+    END IF;
+END
+$do$"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "projects, documents, chunks, vectors, accounts",
+        (
+            "CREATE EXTENSION IF NOT EXISTS vector",
+            _PROJECTS,
+            _PROJECTS_TENANT,
+            _DOCUMENTS,
+            _DOCUMENTS_INLINE,
+            _DOCUMENTS_FTS,
+            _DOCUMENTS_NGRAM_FTS,
+            _CHUNKS,
+            _VECTORS,
+            _VECTORS_SOURCE,
+            _VECTORS_ANN_BACKLOG,
+            _ACCOUNTS,
+            _ACCOUNTS_TENANT,
+            _TRY_TSQUERY,
+        ),
+    ),
+)
+
+INDEX_EXISTS = "SELECT to_regclass($1) IS NOT NULL"
+# Index DDL cannot take parameters; format() quotes the name and the model on the server.
+HNSW_DDL = """
+SELECT format(
+    'CREATE INDEX IF NOT EXISTS %I ON vectors USING hnsw ((embedding::vector(%s)) '
+    'vector_cosine_ops) WITH (m = %s, ef_construction = %s) '
+    'WHERE model = %L AND dimensions = %s AND ann',
+    $1::text, $2::integer, $3::integer, $4::integer, $5::text, $2::integer)"""
+
+
+def hnsw_index_name(identity: EmbeddingIdentity) -> str:
+    """Name of the partial HNSW index for one embedding identity (<= 63 bytes)."""
+    digest = hashlib.sha256(identity.key().encode()).hexdigest()[:16]
+    return f"vectors_hnsw_{identity.dimensions}_{digest}"
+
+
+async def apply_migrations(conn: asyncpg.Connection) -> list[int]:
+    """Apply missing migrations; returns the versions applied now (idempotent, replica-safe)."""
+    applied_now: list[int] = []
+    async with conn.transaction():
+        # Replicas starting together queue here; the loser sees the winner's versions.
+        await conn.execute(LOCK, MIGRATION_LOCK_KEY)
+        await conn.execute(CREATE_MIGRATIONS_TABLE)
+        done = {row["version"] for row in await conn.fetch(APPLIED_VERSIONS)}
+        for migration in MIGRATIONS:
+            if migration.version in done:
+                continue
+            for statement in migration.statements:
+                await conn.execute(statement)
+            await conn.execute(RECORD_VERSION, migration.version, migration.name)
+            applied_now.append(migration.version)
+    return applied_now
+
+
+async def ensure_vector_index(conn: asyncpg.Connection, identity: EmbeddingIdentity) -> bool:
+    """Create the HNSW index of `identity` unless it exists; True when created now."""
+    name = hnsw_index_name(identity)
+    if await conn.fetchval(INDEX_EXISTS, name):
+        return False
+    async with conn.transaction():
+        await conn.execute(LOCK, MIGRATION_LOCK_KEY)
+        if await conn.fetchval(INDEX_EXISTS, name):
+            return False
+        ddl = await conn.fetchval(
+            HNSW_DDL, name, identity.dimensions, HNSW_M, HNSW_EF_CONSTRUCTION, identity.model
+        )
+        await conn.execute(ddl)
+    return True

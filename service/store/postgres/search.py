@@ -1,0 +1,164 @@
+"""Project search on PostgreSQL: build the one statement, run it, hydrate the page."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pgvector import Vector
+
+from service import errors
+from service.store.base import (
+    FUSION_BONUS,
+    MAX_MATCHED_CHUNKS,
+    SNIPPET_CHARS,
+    MatchedChunk,
+    Mode,
+    SearchHit,
+    SearchPage,
+    SearchPlan,
+)
+from service.store.postgres import lexical_sql as lx
+from service.store.postgres import search_sql as q
+from service.store.postgres.filters import filter_sql
+from service.store.postgres.pool import Conn
+
+KNN_MIN_K = 100
+KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
+# Documents have several chunks and filters drop candidates after the HNSW scan: over-fetch.
+KNN_OVERFETCH = 10
+_SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
+
+
+def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, Any]]:
+    """The lexical CTEs, the page's relaxation flag expression, and their bindings."""
+    lexical = plan.lexical
+    if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
+        # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
+        return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
+    candidates = lx.CANDIDATES.format(filters=filters)
+    bm25 = lx.BM25.format(filters=filters)
+    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, candidates, bm25, lx.FTS_TIERED]
+    bindings = {
+        "tsq": lexical.tsquery,
+        "script_tsq": lexical.script_tsquery,
+        "tsq_relaxed": lexical.tsquery_relaxed,
+    }
+    return ctes, lx.RELAXED_FLAG, bindings
+
+
+def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
+    """The statement text (with `:name` parameters) and its bindings."""
+    filters, bindings = filter_sql(plan.filters)
+    ctes = [q.OWNED, q.ELIGIBLE.format(filters=filters)]
+    relaxed, exact = lx.RELAXED_NEVER, q.EXACT_ALWAYS
+    if plan.mode is not Mode.VECTOR:
+        lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters)
+        ctes += lexical_ctes
+        bindings.update(lexical_bindings)
+    semantic = plan.mode is not Mode.FTS
+    if semantic and plan.identity is not None:
+        dims = int(plan.identity.dimensions)
+        # Filters restrict the vector scans to eligible documents; without, the scope is enough.
+        eligible = q.ELIGIBLE_KEYS if filters else ""
+        ctes += [
+            q.VECTOR_COUNT.format(eligible=eligible),
+            q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
+            q.EXACT_OR_KNN_SIMS.format(eligible=eligible),
+            q.VECTOR_SCORES,
+        ]
+        exact = q.EXACT_BY_COUNT
+    total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
+    ctes += [_SCORED[plan.mode], q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
+    chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
+    bindings.update(_common_bindings(plan, semantic))
+    return q.statement(ctes, chunks), bindings
+
+
+def _common_bindings(plan: SearchPlan, semantic: bool) -> dict[str, Any]:
+    wanted = plan.offset + plan.limit + 1
+    identity = plan.identity
+    return {
+        "tenant": plan.tenant,
+        "scope": sorted({int(p) for p in plan.project_ids}),
+        # Semantic modes read one extra row: it tells whether another page exists.
+        "limit": plan.limit + 1 if semantic else plan.limit,
+        "offset": plan.offset,
+        "snippet_chars": SNIPPET_CHARS,
+        "fusion_bonus": FUSION_BONUS,
+        "min_similarity": float(plan.min_similarity),
+        "model": identity.model if identity else None,
+        "dimensions": identity.dimensions if identity else None,
+        "query_vector": Vector(list(plan.query_vector)) if plan.query_vector else None,
+        "exact_scan_limit": plan.exact_scan_limit,
+        "knn_k": max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH)),
+        "max_chunks": MAX_MATCHED_CHUNKS,
+    }
+
+
+def check_plan(plan: SearchPlan) -> None:
+    """Reject plans this store cannot run, before touching the database."""
+    if plan.limit < 1 or plan.offset < 0:
+        raise errors.InvalidArgument.field("page_size", "limit must be >= 1 and offset >= 0")
+    if plan.mode is Mode.FTS:
+        return
+    if plan.identity is None or plan.query_vector is None:
+        raise errors.SemanticUnavailable(
+            "semantic search needs an embedding model; configure one or request FTS"
+        )
+    if len(plan.query_vector) != plan.identity.dimensions:
+        raise errors.FailedPrecondition(
+            f"query embedding has {len(plan.query_vector)} dimensions, the configured model "
+            f"{plan.identity.model!r} has {plan.identity.dimensions}"
+        )
+
+
+async def run_search(conn: Conn, plan: SearchPlan, statement_timeout: float | None) -> SearchPage:
+    """Execute the statement once and turn its rows into a page."""
+    sql, bindings = build(plan)
+    text, args = q.numbered(sql, bindings)
+    rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
+    return page_from_rows(plan, rows)
+
+
+def page_from_rows(plan: SearchPlan, rows: list[Mapping[str, Any]]) -> SearchPage:
+    """Hits of the page rows; the first row always carries the meta columns."""
+    meta = rows[0]
+    hits = [_hit(row) for row in rows if row["project_id"] is not None]
+    relaxed = bool(meta["relaxed"])
+    if plan.mode is Mode.FTS:
+        count = int(meta["total"])
+        return SearchPage(tuple(hits), count, plan.offset + len(hits) < count, relaxed, True)
+    has_more = len(hits) > plan.limit
+    return SearchPage(tuple(hits[: plan.limit]), None, has_more, relaxed, bool(meta["exact"]))
+
+
+def _hit(row: Mapping[str, Any]) -> SearchHit:
+    return SearchHit(
+        project_id=int(row["project_id"]),
+        project_external_id=row["external_id"],
+        kind=row["kind"],
+        row_id=row["row_id"],
+        title=row["title"],
+        path=row["path"],
+        category=row["category"],
+        note_type=row["note_type"],
+        metadata=row["metadata"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        score=float(row["score"]),
+        vector_score=float(row["v"]),
+        fts_score=float(row["fts_score"]),
+        fts_normalized=float(row["f"]),
+        snippet=row["snippet"],
+        chunks=_chunks(row["chunks"]),
+    )
+
+
+def _chunks(text: str | None) -> tuple[MatchedChunk, ...]:
+    if not text:
+        return ()
+    items = [MatchedChunk(int(i), str(t), float(s)) for i, t, s in json.loads(text)]
+    items.sort(key=lambda c: (-c.similarity, c.index))
+    return tuple(items)

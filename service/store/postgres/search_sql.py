@@ -1,0 +1,215 @@
+"""The one retrieval statement of a project search, assembled from fixed CTE fragments.
+
+Shape (reference section 5, same as the SQLite store): `eligible` (tenant + scope + filters,
+no text) -> lexical `fts` (lexical_sql: tiered relaxation decided over the whole
+scope, BM25 in SQL) and/or vector `chunk_sims` (exact scan, or HNSW past
+`exact_scan_limit`) -> `scored`
+-> `page` (ORDER BY tier, score, identity; LIMIT/OFFSET) -> one `meta` row LEFT JOINed to the page
+rows, so even an empty page reports relaxation, exactness and the exact FTS total.
+
+Fragments name their parameters `:name`; `numbered()` turns them into `$n`. Text identity
+columns sort with COLLATE "C" (byte order), as SQLite does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# The scope's projects the tenant owns (the service checked already; the query does too).
+OWNED = """
+owned AS MATERIALIZED (
+    SELECT COALESCE(array_agg(project_id ORDER BY project_id), '{}') AS ids
+    FROM projects
+    WHERE tenant = :tenant::text AND project_id = ANY(:scope::bigint[])
+),"""
+# `:scope` (a constant in each custom plan) gives the planner its estimates; `owned` filters.
+IN_SCOPE = (
+    "{alias}.project_id = ANY(:scope::bigint[])"
+    " AND {alias}.project_id = ANY((SELECT ids FROM owned)::bigint[])"
+)
+ELIGIBLE = f"""
+eligible AS MATERIALIZED (
+    SELECT d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len
+    FROM documents AS d
+    WHERE {IN_SCOPE.format(alias="d")}
+      {{filters}}
+),"""  # noqa: S608 - only constant fragments are interpolated
+
+# Vector channel. A vector counts only when ready, of the plan's identity, and carrying its
+# chunk's current source hash. Scans are driven by the vectors of the scope's projects
+# (PK range, hash-joined to chunks); filters add a semi-join on `eligible`.
+VALID_VECTOR = "v.model = :model::text AND v.dimensions = :dimensions::int AND v.state = 'ready'"
+ELIGIBLE_KEYS = """
+      AND (v.project_id, v.kind, v.row_id) IN (SELECT project_id, kind, row_id FROM eligible)"""
+SIMILARITY = "LEAST(1.0, 1.0 - (v.embedding <=> :query_vector::vector))"
+SCOPE_VECTORS = f"""
+    FROM vectors AS v
+    JOIN chunks AS c
+      ON c.project_id = v.project_id AND c.kind = v.kind AND c.row_id = v.row_id
+     AND c.chunk_index = v.chunk_index AND c.source_hash = v.source_hash
+    WHERE {IN_SCOPE.format(alias="v")} AND {IN_SCOPE.format(alias="c")}
+      AND {VALID_VECTOR}{{eligible}}"""
+# Counting stops past the limit: all that matters is which side of it the scope is on.
+# (Stale source hashes are not checked here; the count only picks the strategy.)
+VECTOR_COUNT = f"""
+vcount AS MATERIALIZED (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM vectors AS v
+        WHERE {IN_SCOPE.format(alias="v")} AND {VALID_VECTOR}{{eligible}}
+        LIMIT :exact_scan_limit::bigint + 1
+    ) AS x
+),"""  # noqa: S608 - only constant fragments are interpolated
+# The ORDER BY expression and the predicate are the partial HNSW index's. The identity is
+# written into the text (dimensions an int, the model a quoted literal; both configuration)
+# so that generic plans can prove the index predicate too. Iterative scan (a session
+# setting) keeps reading the graph until LIMIT rows pass the scope filter. Vectors not yet
+# in the graph (`NOT ann`, see ann.py) are scored exactly beside it. One-time conditions
+# gate the arms: either the exact scan runs, or the HNSW search and the backlog scan do.
+KNN = f"""
+knn AS MATERIALIZED (
+    SELECT v.project_id, v.kind, v.row_id, v.chunk_index, v.source_hash,
+           (v.embedding::vector({{dims}})) <=> :query_vector::vector({{dims}}) AS distance
+    FROM vectors AS v
+    WHERE v.model = {{model}} AND v.dimensions = {{dims}} AND v.ann AND v.state = 'ready'
+      AND {IN_SCOPE.format(alias="v")}
+      AND (SELECT n FROM vcount) > :exact_scan_limit::bigint
+    ORDER BY (v.embedding::vector({{dims}})) <=> :query_vector::vector({{dims}})
+    LIMIT :knn_k::bigint
+),"""  # noqa: S608 - only constant fragments are interpolated
+EXACT_OR_KNN_SIMS = f"""
+chunk_sims AS MATERIALIZED (
+    SELECT v.project_id, v.kind, v.row_id, {SIMILARITY} AS sim
+    {SCOPE_VECTORS}
+      AND (SELECT n FROM vcount) <= :exact_scan_limit::bigint
+    UNION ALL
+    SELECT k.project_id, k.kind, k.row_id, LEAST(1.0, 1.0 - k.distance)
+    FROM knn AS k
+    JOIN chunks AS c
+      ON c.project_id = k.project_id AND c.kind = k.kind AND c.row_id = k.row_id
+     AND c.chunk_index = k.chunk_index AND c.source_hash = k.source_hash
+    WHERE (k.project_id, k.kind, k.row_id) IN (SELECT project_id, kind, row_id FROM eligible)
+    UNION ALL
+    SELECT v.project_id, v.kind, v.row_id, {SIMILARITY}
+    {SCOPE_VECTORS}
+      AND NOT v.ann AND (SELECT n FROM vcount) > :exact_scan_limit::bigint
+),"""  # noqa: S608 - only constant fragments are interpolated
+EXACT_ALWAYS = "true"
+EXACT_BY_COUNT = "(SELECT n FROM vcount) <= :exact_scan_limit::bigint"
+VECTOR_SCORES = """
+vector_scores AS (
+    SELECT project_id, kind, row_id, max(sim) AS v FROM chunk_sims
+    WHERE sim >= :min_similarity::float8
+    GROUP BY project_id, kind, row_id
+),"""
+
+SCORED_FTS = """
+scored AS (
+    SELECT project_id, kind, row_id, fts_score AS score, 0.0::float8 AS v, fts_score,
+           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f, tier
+    FROM fts
+),"""
+SCORED_VECTOR = """
+scored AS (
+    SELECT project_id, kind, row_id, v AS score, v, 0.0::float8 AS fts_score, 0.0::float8 AS f,
+           1 AS tier
+    FROM vector_scores
+),"""
+SCORED_HYBRID = """
+fts_norm AS (
+    SELECT project_id, kind, row_id, fts_score,
+           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f
+    FROM fts
+),
+channels AS (
+    SELECT project_id, kind, row_id, v, 0.0::float8 AS fts_score, 0.0::float8 AS f
+    FROM vector_scores
+    UNION ALL
+    SELECT project_id, kind, row_id, 0.0::float8, fts_score, f FROM fts_norm
+),
+fused AS (
+    SELECT project_id, kind, row_id, max(v) AS v, max(fts_score) AS fts_score, max(f) AS f
+    FROM channels GROUP BY project_id, kind, row_id
+),
+scored AS (
+    SELECT project_id, kind, row_id,
+           GREATEST(v, f) + :fusion_bonus::float8 * LEAST(v, f) AS score, v, fts_score, f,
+           1 AS tier
+    FROM fused
+),"""
+
+PAGE = """
+page AS MATERIALIZED (
+    SELECT project_id, kind, row_id, score, v, fts_score, f, tier
+    FROM scored
+    ORDER BY tier DESC, score DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
+    LIMIT :limit::bigint OFFSET :offset::bigint
+),"""
+META = """
+meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total}::bigint AS total)"""
+TOTAL_COUNT = "(SELECT count(*) FROM fts)"
+TOTAL_NONE = "NULL"
+
+CHUNKS_NONE = "NULL::json"
+# Exact similarities of the page rows' own chunks, whichever path ranked them.
+TOP_CHUNKS = f"""(
+    SELECT json_agg(json_build_array(x.chunk_index, x.text, x.sim)
+                    ORDER BY x.sim DESC, x.chunk_index)
+    FROM (
+        SELECT c.chunk_index, c.text, {SIMILARITY} AS sim
+        FROM chunks AS c
+        JOIN vectors AS v
+          ON v.project_id = c.project_id AND v.kind = c.kind AND v.row_id = c.row_id
+         AND v.chunk_index = c.chunk_index
+        WHERE c.project_id = pg.project_id AND c.kind = pg.kind AND c.row_id = pg.row_id
+          AND {VALID_VECTOR} AND v.source_hash = c.source_hash
+          AND {SIMILARITY} >= :min_similarity::float8
+        ORDER BY sim DESC, c.chunk_index
+        LIMIT :max_chunks::bigint
+    ) AS x
+)"""  # noqa: S608 - only constant fragments are interpolated
+FINAL = """
+SELECT m.relaxed, m.exact, m.total,
+       pg.project_id, p.external_id, pg.kind, pg.row_id, d.title, d.path, d.category,
+       d.note_type, d.metadata, d.created_at, d.updated_at,
+       pg.score, pg.v, pg.fts_score, pg.f, left(d.body, :snippet_chars::int) AS snippet,
+       {chunks} AS chunks
+FROM meta AS m
+LEFT JOIN page AS pg ON true
+LEFT JOIN documents AS d
+  ON d.project_id = pg.project_id AND d.kind = pg.kind AND d.row_id = pg.row_id
+LEFT JOIN projects AS p ON p.project_id = pg.project_id
+ORDER BY pg.tier DESC, pg.score DESC, pg.project_id, pg.kind COLLATE "C", pg.row_id COLLATE "C"
+"""
+
+
+def sql_literal(text: str) -> str:
+    """An escape-string literal (E'...'), correct whatever standard_conforming_strings is."""
+    if "\x00" in text:
+        raise ValueError("NUL in SQL literal")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+_PARAM = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def statement(ctes: list[str], chunks: str) -> str:
+    """`WITH <ctes> <final select>`; fragments end with the comma that joins them."""
+    return "WITH" + "".join(ctes) + FINAL.format(chunks=chunks)
+
+
+def numbered(sql: str, bindings: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """`:name` placeholders as `$1..$n` and the argument list in that order."""
+    order: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in bindings:
+            raise KeyError(f"statement parameter :{name} is not bound")
+        if name not in order:
+            order[name] = len(order) + 1
+        return f"${order[name]}"
+
+    text = _PARAM.sub(number, sql)
+    return text, [bindings[name] for name in order]

@@ -1,0 +1,199 @@
+"""PostgresStore: the production backend (asyncpg pool, pgvector, one statement per search)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.base import (
+    AccountRecord,
+    Capabilities,
+    DocKey,
+    DocumentWrite,
+    Mode,
+    Outcome,
+    ProjectRecord,
+    ProjectStatus,
+    SearchPage,
+    SearchPlan,
+    StatementHook,
+)
+from service.store.postgres import accounts, projects
+from service.store.postgres import writes as write_path
+from service.store.postgres.ann import AnnMaintainer
+from service.store.postgres.migrations import apply_migrations, ensure_vector_index
+from service.store.postgres.pool import Conn, Database, PoolSettings
+from service.store.postgres.search import check_plan, run_search
+
+ADAPTER = "pgvector"
+PING = "SELECT 1"
+
+
+class PostgresStore:
+    """Store on PostgreSQL + pgvector; safe to run from several replicas at once."""
+
+    def __init__(
+        self,
+        dsn: str,
+        identity: EmbeddingIdentity | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        search_timeout: float | None = None,
+        ann_maintenance: bool = True,
+        settings: PoolSettings | None = None,
+    ) -> None:
+        self._settings = dataclasses.replace(
+            settings or PoolSettings(), min_size=min_size, max_size=max_size
+        )
+        self._dsn = dsn
+        self._identity = identity
+        self._search_timeout = search_timeout
+        self._db = Database(dsn, self._settings)
+        self._ann = AnnMaintainer(self._db, identity) if identity is not None else None
+        self._ann_background = ann_maintenance
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """pgvector is a schema requirement, so vector search is always available."""
+        return Capabilities("postgres", True, ADAPTER)
+
+    @property
+    def dsn(self) -> str:
+        """The database this store uses."""
+        return self._dsn
+
+    @property
+    def identity(self) -> EmbeddingIdentity | None:
+        """The configured embedding identity (its HNSW index is made at open)."""
+        return self._identity
+
+    async def open(self) -> None:
+        """Apply migrations and the identity's HNSW index (advisory lock), then pool up."""
+        async with self._db.unpooled() as conn:
+            await apply_migrations(conn)
+            if self._identity is not None:
+                await ensure_vector_index(conn, self._identity)
+        await self._db.open()
+        if self._ann is not None and self._ann_background:
+            self._ann.start()
+
+    async def close(self) -> None:
+        """Stop HNSW maintenance and close the pool."""
+        if self._ann is not None:
+            await self._ann.stop()
+        await self._db.close()
+
+    async def index_ann_backlog(self, limit: int = 1_000_000) -> int:
+        """Add up to `limit` ready vectors to the HNSW index now (tests, benchmarks, ops).
+
+        A background task does this continuously; searches are complete either way.
+        """
+        return await self._ann.drain(limit) if self._ann is not None else 0
+
+    async def ping(self) -> None:
+        """Raise errors.Unavailable when the database cannot be reached."""
+
+        async def work(conn: Conn) -> None:
+            await conn.fetchval(PING)
+
+        await self._db.run(work)
+
+    def add_statement_hook(self, hook: StatementHook) -> None:
+        """Call `hook(sql)` for every statement this store executes."""
+        self._db.add_hook(hook)
+
+    async def create_project(self, tenant: str, external_id: str, name: str) -> ProjectRecord:
+        """Create a project; errors.AlreadyExists when the external id is taken."""
+        async with self._db.connection() as conn:
+            return await projects.create_project(conn, tenant, external_id, name)
+
+    async def list_projects(self, tenant: str, after_id: int, limit: int) -> list[ProjectRecord]:
+        """Projects of `tenant` with id > after_id, by id."""
+        return await self._db.run(
+            lambda conn: projects.list_projects(conn, tenant, after_id, limit)
+        )
+
+    async def get_projects(self, tenant: str, project_ids: Sequence[int]) -> list[ProjectRecord]:
+        """The subset of `project_ids` owned by `tenant`."""
+        ids = list(project_ids)
+        if not ids:
+            return []
+        return await self._db.run(lambda conn: projects.get_projects(conn, tenant, ids))
+
+    async def delete_project(self, tenant: str, project_id: int) -> int | None:
+        """Delete a project of `tenant` with everything in it; None when not found."""
+        async with self._db.transaction() as conn:
+            return await projects.delete_project(conn, tenant, project_id)
+
+    async def document_hashes(self, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
+        """Stored content hashes of the given documents (missing keys are absent)."""
+        wanted = list(keys)
+        if not wanted:
+            return {}
+        return await self._db.run(lambda conn: write_path.document_hashes(conn, project_id, wanted))
+
+    async def ready_vectors(
+        self, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+    ) -> dict[str, list[float]]:
+        """Ready vectors of `identity` already stored in the project for these chunk texts."""
+        hashes = list(source_hashes)
+        if not hashes:
+            return {}
+        return await self._db.run(
+            lambda conn: write_path.ready_vectors(conn, project_id, hashes, identity)
+        )
+
+    async def write_documents(
+        self, project_id: int, writes: Sequence[DocumentWrite]
+    ) -> list[Outcome]:
+        """Replace each document with its chunks and vectors (one transaction per batch)."""
+        batch = list(writes)
+        if not batch:
+            return []
+        async with self._db.transaction() as conn:
+            return await write_path.write_documents(conn, project_id, batch)
+
+    async def delete_documents(self, project_id: int, keys: Sequence[DocKey]) -> int:
+        """Delete documents; returns how many existed."""
+        wanted = list(keys)
+        if not wanted:
+            return 0
+        async with self._db.connection() as conn:
+            return await write_path.delete_documents(conn, project_id, wanted)
+
+    async def index_status(
+        self, tenant: str, project_ids: Sequence[int], identity: EmbeddingIdentity | None
+    ) -> list[ProjectStatus]:
+        """Status of the tenant's projects among `project_ids` (all of them when empty)."""
+        ids = list(project_ids)
+        return await self._db.run(lambda conn: projects.index_status(conn, tenant, ids, identity))
+
+    async def search(self, plan: SearchPlan) -> SearchPage:
+        """One retrieval statement (FTS total included) over the plan's scope."""
+        check_plan(plan)
+        if not plan.project_ids:
+            total = 0 if plan.mode is Mode.FTS else None
+            return SearchPage((), total, False, False, True)
+        timeout = plan.timeout if plan.timeout is not None else self._search_timeout
+        return await self._db.run(lambda conn: run_search(conn, plan, timeout))
+
+    async def create_account(self, record: AccountRecord) -> None:
+        """Store an account."""
+        async with self._db.connection() as conn:
+            await accounts.create_account(conn, record)
+
+    async def list_accounts(self, tenant: str) -> list[AccountRecord]:
+        """Accounts of `tenant`."""
+        return await self._db.run(lambda conn: accounts.list_accounts(conn, tenant))
+
+    async def delete_account(self, tenant: str, account_id: str) -> bool:
+        """Delete an account of `tenant`; False when not found."""
+        async with self._db.connection() as conn:
+            return await accounts.delete_account(conn, tenant, account_id)
+
+    async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
+        """Mark an account as needing reconnection (after a 401/403) or healthy again."""
+        async with self._db.connection() as conn:
+            await accounts.set_account_reconnect(conn, tenant, account_id, needs)

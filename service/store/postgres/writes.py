@@ -1,0 +1,254 @@
+"""Document writes: one transaction per batch, set-based statements, COPY for chunks and vectors.
+
+A batch is atomic, so each document in it is too: a reader sees the old or the new version
+of a document (row, chunks and vectors together), never a mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+from pgvector import Vector
+
+from service import errors
+from service.embeddings.base import EmbeddingIdentity
+from service.store.base import ChunkInput, DocKey, DocumentWrite, Outcome
+from service.store.postgres.codecs import clean_text, lexeme_count, metadata_json, utc
+from service.store.postgres.migrations import FTS_BODY_CHARS, FTS_NGRAM_CHARS
+from service.store.postgres.pool import Conn
+
+# Writers of the same document queue on this lock (keyed by a hash of the document identity)
+# so concurrent replacements never interleave their delete and insert steps. Sorted, so two
+# batches never wait for each other in opposite orders.
+LOCK_DOCUMENTS = """
+SELECT pg_advisory_xact_lock(7734, s.h)
+FROM (
+    SELECT DISTINCT hashtext($1::text || '/' || k.kind || '/' || k.row_id) AS h
+    FROM unnest($2::text[], $3::text[]) AS k(kind, row_id)
+    ORDER BY h
+    OFFSET 0
+) AS s"""
+# Chunks and vectors go with their document (ON DELETE CASCADE).
+DELETE_DOCUMENTS_RETURNING = """
+DELETE FROM documents AS d
+USING unnest($2::text[], $3::text[]) AS k(kind, row_id)
+WHERE d.project_id = $1 AND d.kind = k.kind AND d.row_id = k.row_id
+RETURNING d.kind, d.row_id, d.created_at"""
+INSERT_DOCUMENTS = f"""
+INSERT INTO documents (
+    project_id, kind, row_id, title, path, body, category, note_type, metadata,
+    created_at, updated_at, content_hash, fts, ngram_fts, doc_len, ngram_len)
+SELECT $1, t.kind, t.row_id, t.title, t.path, t.body, t.category, t.note_type, t.metadata::jsonb,
+       COALESCE(t.created_at, now()), COALESCE(t.updated_at, now()), t.content_hash,
+       v.fts, v.ngram_fts, t.doc_len, t.ngram_len
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+            $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[],
+            $13::text[], $14::int[], $15::int[])
+     AS t(kind, row_id, title, path, body, category, note_type, metadata, created_at,
+          updated_at, content_hash, ngrams, doc_len, ngram_len)
+CROSS JOIN LATERAL (
+    SELECT to_tsvector('english', t.title || ' ' || t.path || ' '
+                       || translate(t.path, '/._-', '    ') || ' '
+                       || left(t.body, {FTS_BODY_CHARS})) AS fts,
+           to_tsvector('simple', left(t.ngrams, {FTS_NGRAM_CHARS})) AS ngram_fts
+) AS v"""  # noqa: S608 - only constant fragments are interpolated
+_PATH_WORDS = str.maketrans("/._-", "    ")
+CHUNK_COLUMNS = ("project_id", "kind", "row_id", "chunk_index", "text", "source_hash")
+VECTOR_COLUMNS = (
+    "project_id",
+    "kind",
+    "row_id",
+    "chunk_index",
+    "model",
+    "dimensions",
+    "source_hash",
+    "state",
+    "embedding",
+)
+DELETE_DOCUMENTS = """
+DELETE FROM documents AS d
+USING unnest($2::text[], $3::text[]) AS k(kind, row_id)
+WHERE d.project_id = $1 AND d.kind = k.kind AND d.row_id = k.row_id"""
+DOCUMENT_HASHES = """
+SELECT d.kind, d.row_id, d.content_hash
+FROM documents AS d
+JOIN unnest($2::text[], $3::text[]) AS k(kind, row_id)
+  ON d.kind = k.kind AND d.row_id = k.row_id
+WHERE d.project_id = $1"""
+READY_VECTORS = """
+SELECT DISTINCT ON (v.source_hash) v.source_hash, v.embedding
+FROM vectors AS v
+JOIN chunks AS c
+  ON c.project_id = v.project_id AND c.kind = v.kind AND c.row_id = v.row_id
+ AND c.chunk_index = v.chunk_index AND c.source_hash = v.source_hash
+WHERE v.project_id = $1 AND v.model = $2 AND v.dimensions = $3 AND v.state = 'ready'
+  AND v.source_hash = ANY($4::text[])
+ORDER BY v.source_hash"""
+
+
+@dataclass
+class _Batch:
+    """Column arrays of the documents to insert, in first-seen key order."""
+
+    keys: list[DocKey] = field(default_factory=list)
+    columns: list[list[Any]] = field(default_factory=lambda: [[] for _ in range(14)])
+    chunks: list[tuple[Any, ...]] = field(default_factory=list)
+    vectors: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def _vector_value(chunk: ChunkInput, identity: EmbeddingIdentity, where: str) -> Vector:
+    values = np.asarray(chunk.vector, dtype=np.float32)
+    if values.ndim != 1 or values.shape[0] != identity.dimensions:
+        raise errors.InvalidArgument.field(
+            where,
+            f"has {values.size} values, its model {identity.key()} has {identity.dimensions}"
+            " dimensions",
+        )
+    if not np.isfinite(values).all():
+        raise errors.InvalidArgument.field(where, "contains NaN or infinite values")
+    return Vector(values)
+
+
+def _chunk_rows(project_id: int, write: DocumentWrite, batch: _Batch) -> None:
+    kind, row_id = write.document.key
+    for chunk in write.chunks:
+        batch.chunks.append(
+            (project_id, kind, row_id, chunk.index, clean_text(chunk.text), chunk.source_hash)
+        )
+        if chunk.identity is None:
+            if chunk.vector is not None:
+                raise errors.InvalidArgument.field(
+                    f"documents[{kind}/{row_id}].chunks[{chunk.index}].vector",
+                    "a vector needs its embedding model identity",
+                )
+            continue
+        identity = chunk.identity
+        where = f"documents[{kind}/{row_id}].chunks[{chunk.index}].vector"
+        vector = None if chunk.vector is None else _vector_value(chunk, identity, where)
+        state = "pending" if vector is None else "ready"
+        batch.vectors.append(
+            (
+                project_id,
+                kind,
+                row_id,
+                chunk.index,
+                identity.model,
+                identity.dimensions,
+                chunk.source_hash,
+                state,
+                vector,
+            )
+        )
+
+
+def _batch(project_id: int, writes: Sequence[DocumentWrite]) -> _Batch:
+    """The last write of each key, as column arrays plus chunk and vector records."""
+    last: dict[DocKey, DocumentWrite] = {}
+    for write in writes:
+        last[write.document.key] = write
+    batch = _Batch()
+    for key, write in last.items():
+        doc = write.document
+        batch.keys.append(key)
+        title, path, body, ngrams = (
+            clean_text(x) for x in (doc.title, doc.path, doc.body, doc.ngrams)
+        )
+        # The same text INSERT_DOCUMENTS indexes (path words are split on / . _ -).
+        indexed = f"{title} {path} {path.translate(_PATH_WORDS)} {body[:FTS_BODY_CHARS]}"
+        values = (
+            doc.kind,
+            doc.row_id,
+            title,
+            path,
+            body,
+            clean_text(doc.category),
+            clean_text(doc.note_type),
+            metadata_json(doc.metadata),
+            utc(doc.created_at),
+            utc(doc.updated_at),
+            doc.content_hash,
+            ngrams,
+            lexeme_count(indexed),
+            len(ngrams[:FTS_NGRAM_CHARS].split()),
+        )
+        for column, value in zip(batch.columns, values, strict=True):
+            column.append(value)
+        _chunk_rows(project_id, write, batch)
+    return batch
+
+
+def _outcomes(writes: Sequence[DocumentWrite], existed: set[DocKey]) -> list[Outcome]:
+    seen = set(existed)
+    outcomes: list[Outcome] = []
+    for write in writes:
+        key = write.document.key
+        outcomes.append(Outcome.UPDATED if key in seen else Outcome.CREATED)
+        seen.add(key)
+    return outcomes
+
+
+async def write_documents(
+    conn: Conn, project_id: int, writes: Sequence[DocumentWrite]
+) -> list[Outcome]:
+    """Replace each document (row, chunks, vectors); call inside a transaction."""
+    if not writes:
+        return []
+    batch = _batch(project_id, writes)
+    kinds = [key[0] for key in batch.keys]
+    row_ids = [key[1] for key in batch.keys]
+    await conn.execute(LOCK_DOCUMENTS, str(project_id), kinds, row_ids)
+    old = await conn.fetch(DELETE_DOCUMENTS_RETURNING, project_id, kinds, row_ids)
+    created_before: dict[DocKey, datetime] = {
+        (r["kind"], r["row_id"]): r["created_at"] for r in old
+    }
+    created_column = batch.columns[8]
+    for position, key in enumerate(batch.keys):
+        if created_column[position] is None and key in created_before:
+            created_column[position] = created_before[key]
+    try:
+        await conn.execute(INSERT_DOCUMENTS, project_id, *batch.columns)
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise errors.NotFound(
+            f"project {project_id} not found", metadata={"projectId": str(project_id)}
+        ) from exc
+    if batch.chunks:
+        await conn.copy_records("chunks", CHUNK_COLUMNS, batch.chunks)
+    if batch.vectors:
+        await conn.copy_records("vectors", VECTOR_COLUMNS, batch.vectors)
+    return _outcomes(writes, set(created_before))
+
+
+async def delete_documents(conn: Conn, project_id: int, keys: Sequence[DocKey]) -> int:
+    """Delete documents with their chunks and vectors; returns how many existed."""
+    if not keys:
+        return 0
+    unique = list(dict.fromkeys(keys))
+    status = await conn.execute(
+        DELETE_DOCUMENTS, project_id, [k[0] for k in unique], [k[1] for k in unique]
+    )
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def document_hashes(conn: Conn, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
+    """Stored content hashes of the given documents."""
+    if not keys:
+        return {}
+    rows = await conn.fetch(DOCUMENT_HASHES, project_id, [k[0] for k in keys], [k[1] for k in keys])
+    return {(r["kind"], r["row_id"]): r["content_hash"] for r in rows}
+
+
+async def ready_vectors(
+    conn: Conn, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+) -> dict[str, list[float]]:
+    """Ready, current vectors of `identity` in the project, by chunk source hash."""
+    if not source_hashes:
+        return {}
+    rows = await conn.fetch(
+        READY_VECTORS, project_id, identity.model, identity.dimensions, list(set(source_hashes))
+    )
+    return {r["source_hash"]: r["embedding"].to_list() for r in rows}
