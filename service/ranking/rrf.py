@@ -2,8 +2,9 @@
 
 A key's fused score is the sum over lists of `1 / (k + rank)` (1-based rank); a key repeated
 within one list counts once, at its best (first) rank. Order: score descending, then key
-ascending. Sums use `math.fsum`, so equal multisets of terms give bit-identical scores no
-matter the order of the lists.
+ascending. Orders and thresholds compare exact rational sums (every term is `1/n` for an
+integer n), so two keys whose sums are mathematically equal tie on the key whatever the float
+rounding; the reported float score is the correctly rounded `math.fsum`.
 
 `ready_keys` answers the paging question: given lists fetched only partly, which keys already
 hold their final place in the fused order of the complete lists (the threshold rule)?
@@ -11,9 +12,11 @@ hold their final place in the fused order of the complete lists (the threshold r
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 __all__ = [
     "DEFAULT_K",
@@ -31,7 +34,6 @@ __all__ = [
 
 RRF_VERSION = "rrf/1"  # bump when scoring or tie-breaking changes (page tokens bind to it)
 DEFAULT_K = 60
-_EPSILON = 1e-12  # scores are ~1e-2; float error is ~1e-17, distinct rank sums differ far more
 
 
 @dataclass(frozen=True, order=True)
@@ -66,6 +68,58 @@ def total(scores: Iterable[float]) -> float:
     return math.fsum(scores)
 
 
+def _exact(score: float) -> Fraction:
+    """The exact value of a term `1 / n` (n = k + rank, an integer) from its float."""
+    return Fraction(1, round(1 / score)) if score > 0 else Fraction(0)
+
+
+def _exact_total(scores: Iterable[float]) -> Fraction:
+    return sum((_exact(s) for s in scores), Fraction(0))
+
+
+_CLOSE = 1e-12  # float sums closer than this are compared exactly (rarely: ties, near-ties)
+
+
+class _Sum:
+    """A float sum of terms that compares exactly when the floats are too close to tell."""
+
+    __slots__ = ("_exact", "terms", "value")
+
+    def __init__(self, terms: Iterable[float]) -> None:
+        self.terms = tuple(terms)
+        self.value = total(self.terms)
+        self._exact: Fraction | None = None
+
+    @classmethod
+    def of(cls, terms: Iterable[float]) -> _Sum:
+        return cls(terms)
+
+    def exact(self) -> Fraction:
+        """The exact rational value (computed once)."""
+        if self._exact is None:
+            self._exact = _exact_total(self.terms)
+        return self._exact
+
+    def compare(self, other: _Sum) -> int:
+        """-1, 0 or 1 like a <=> b."""
+        if abs(self.value - other.value) > _CLOSE:
+            return -1 if self.value < other.value else 1
+        if sorted(self.terms) == sorted(other.terms):
+            return 0
+        a, b = self.exact(), other.exact()
+        return (a > b) - (a < b)
+
+
+def _order(items: list[tuple[_Sum, str]]) -> list[tuple[_Sum, str]]:
+    """Best first: sum descending, then key ascending."""
+
+    def cmp(x: tuple[_Sum, str], y: tuple[_Sum, str]) -> int:
+        by_score = y[0].compare(x[0])
+        return by_score if by_score else (x[1] > y[1]) - (x[1] < y[1])
+
+    return sorted(items, key=functools.cmp_to_key(cmp))
+
+
 def collect(lists: Sequence[Sequence[str]], k: int = DEFAULT_K) -> dict[str, list[Contribution]]:
     """Each key's contributions: one per list it appears in, at its first (best) rank there."""
     found: dict[str, list[Contribution]] = {}
@@ -85,8 +139,9 @@ def rank(candidates: Mapping[str, Sequence[Contribution]]) -> list[Fused]:
         Fused(key, total(c.score for c in contributions), tuple(sorted(contributions)))
         for key, contributions in candidates.items()
     ]
-    fused.sort(key=lambda item: (-item.score, item.key))
-    return fused
+    by_key = {item.key: item for item in fused}
+    ordered = _order([(_Sum.of(c.score for c in item.contributions), item.key) for item in fused])
+    return [by_key[key] for _, key in ordered]
 
 
 def fuse(lists: Sequence[Sequence[str]], k: int = DEFAULT_K) -> list[Fused]:
@@ -99,18 +154,17 @@ def best_keys(candidates: Mapping[str, Sequence[Contribution]], limit: int) -> l
     return [item.key for item in rank(candidates)[: max(0, limit)]]
 
 
-def _bound(contributions: Sequence[Contribution], open_terms: Mapping[int, float]) -> float:
+def _bound(contributions: Sequence[Contribution], open_terms: Mapping[int, float]) -> _Sum:
     """Highest score a key can still reach: a vote at the next rank of every open list it lacks."""
     seen = {c.list_index for c in contributions}
     missing = (score for index, score in open_terms.items() if index not in seen)
-    return total([*(c.score for c in contributions), *missing])
+    return _Sum.of([*(c.score for c in contributions), *missing])
 
 
-def _beats(score: float, key: str, rival_bound: float, rival_key: str) -> bool:
+def _beats(score: _Sum, key: str, rival_bound: _Sum, rival_key: str) -> bool:
     """True when a key scoring `score` surely precedes a rival that can reach `rival_bound`."""
-    if score > rival_bound + _EPSILON:
-        return True
-    return abs(score - rival_bound) <= _EPSILON and key < rival_key
+    order = score.compare(rival_bound)
+    return order > 0 or (order == 0 and key < rival_key)
 
 
 def ready_keys(
@@ -127,20 +181,20 @@ def ready_keys(
     not ready, so the answer is always a prefix of the true order.
     """
     ordered = rank(candidates)
-    unseen = total(open_terms.values())
-    bounds = sorted(
-        ((_bound(contributions, open_terms), key) for key, contributions in candidates.items()),
-        key=lambda pair: (-pair[0], pair[1]),
+    unseen = _Sum.of(open_terms.values())
+    bounds = _order(
+        [(_bound(contributions, open_terms), key) for key, contributions in candidates.items()]
     )
     taken: set[str] = set()
     ready: list[str] = []
     for item in ordered:
         if len(ready) >= limit:
             break
-        if open_terms and not item.score > unseen + _EPSILON:
+        score = _Sum.of(c.score for c in item.contributions)
+        if open_terms and score.compare(unseen) <= 0:
             break
         rival = next(((b, k) for b, k in bounds if k not in taken and k != item.key), None)
-        if rival is not None and not _beats(item.score, item.key, *rival):
+        if rival is not None and not _beats(score, item.key, *rival):
             break
         ready.append(item.key)
         taken.add(item.key)
