@@ -76,7 +76,10 @@ def server_options(settings: Settings) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
-        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        # Above the service's own limit: calls beyond it get RESOURCE_EXHAUSTED with its
+        # ErrorInfo (not a queue on the connection), and a busy connection near the limit is
+        # not refused at the HTTP/2 level (REFUSED_STREAM) while finished streams are reaped.
+        ("grpc.max_concurrent_streams", 2 * settings.max_concurrent_streams),
         ("grpc.keepalive_time_ms", 60_000),
         ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -255,8 +258,15 @@ async def _build_servicers(
     if embedder is not None:
         app.closers.append(embedder.aclose)
     identity = embedder.identity if embedder is not None else None
-    store = overrides.get("store") or await open_store(
-        settings.database_url.reveal(), settings.data_dir, identity)
+    store = overrides.get("store")
+    if store is None:
+        try:
+            store = await open_store(
+                settings.database_url.reveal(), settings.data_dir, identity,
+                pool_size=settings.db_pool_size,
+            )
+        except ValueError as error:
+            raise SettingsError(f"SEARCH_DATABASE_URL: {error}") from error
     app.closers.append(store.close)
     signer = TokenSigner(
         load_key(

@@ -76,7 +76,7 @@ class Settings:
     openai_model: str = field(default="text-embedding-3-small", metadata=_doc("Model name."))
     openai_dimensions: int = field(default=1536, metadata=_doc("Vector length of the model."))
     exact_scan_limit: int = field(
-        default=50_000, metadata=_doc("Eligible chunks above this use the ANN index.")
+        default=10_000, metadata=_doc("Eligible chunks above this use the ANN index.")
     )
     page_token_key: Secret = field(
         default=Secret(""),
