@@ -99,7 +99,8 @@ class PgServer:
         """Stop an owned server and delete its data directory; no-op for an external one."""
         if not self.owned or self.pgdata is None:
             return
-        with contextlib.suppress(subprocess.SubprocessError):  # already stopped
+        # Already stopped, or its directory already removed: nothing left to stop.
+        with contextlib.suppress(subprocess.SubprocessError, RuntimeError):
             self._pg_ctl("-m", "immediate", "stop")
         shutil.rmtree(self.pgdata, ignore_errors=True)
         self.owned = False
