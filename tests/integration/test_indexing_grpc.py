@@ -1,0 +1,151 @@
+"""UpsertDocuments through the real server: idempotent, incremental, model changes, bad input."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from service.api.interceptor import ServiceInterceptor
+from service.api.unimplemented import unimplemented_servicer
+from service.auth import Authenticator
+from service.embeddings.base import CountingEmbedder, EmbeddingIdentity
+from service.embeddings.deterministic import DeterministicEmbedder
+from service.pb.search.v1 import index_pb2, index_pb2_grpc
+from tests.support.server import channel_to, running_server
+from tests.support.status import decode
+
+LONG = "\n\n".join(f"## Section {i}\n\n" + ("nebula dust and gas " * 60) for i in range(4))
+
+
+class RenamedEmbedder(DeterministicEmbedder):
+    """The same vectors under another model name: a configured-model change."""
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        return EmbeddingIdentity("other-model", 384)
+
+
+def _docs(bodies: Sequence[str]) -> list[index_pb2.Document]:
+    return [
+        index_pb2.Document(kind="note", row_id=str(i), title=f"doc {i}", body=body)
+        for i, body in enumerate(bodies)
+    ]
+
+
+async def _upsert(
+    stub: index_pb2_grpc.IndexServiceAsyncStub,
+    project_id: int,
+    *batches: Sequence[index_pb2.Document],
+) -> index_pb2.UpsertDocumentsResponse:
+    async def messages() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
+        for batch in batches:
+            yield index_pb2.UpsertDocumentsRequest(project_id=project_id, documents=batch)
+
+    reply: index_pb2.UpsertDocumentsResponse = await stub.UpsertDocuments(messages())
+    return reply
+
+
+async def test_second_upsert_embeds_nothing_and_changes_embed_only_their_chunks(
+    tmp_path: Path,
+) -> None:
+    embedder = CountingEmbedder(DeterministicEmbedder(384))
+    bodies = [LONG, "short note about comets", "another note about stars"]
+    async with running_server(tmp_path, embedder=embedder) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        project = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))).project
+        first = await _upsert(stub, project.project_id, _docs(bodies))
+        assert first.documents_created == 3
+        assert first.chunks_written > 3
+        # identical chunk texts are embedded once
+        assert 0 < first.chunks_embedded == embedder.text_count <= first.chunks_written
+
+        embedder.reset()
+        again = await _upsert(stub, project.project_id, _docs(bodies))
+        assert again.documents_unchanged == 3
+        assert (again.chunks_written, again.chunks_embedded, embedder.calls) == (0, 0, 0)
+
+        embedder.reset()
+        changed = await _upsert(
+            stub, project.project_id, _docs([LONG, "short note about comets!", bodies[2]])
+        )
+        assert (changed.documents_updated, changed.documents_unchanged) == (1, 2)
+        assert changed.chunks_embedded == 1
+        assert embedder.texts == ["doc 1\n\nshort note about comets!"]
+
+        status = await stub.GetIndexStatus(index_pb2.GetIndexStatusRequest())
+        (project_status,) = status.projects
+        assert project_status.documents == 3
+        assert project_status.chunks_needing_embedding == 0
+
+    # The same data under another configured model: old vectors no longer count.
+    async with (
+        running_server(tmp_path, embedder=RenamedEmbedder(384)) as app,
+        channel_to(app) as channel,
+    ):
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        status = await stub.GetIndexStatus(index_pb2.GetIndexStatusRequest())
+        (project_status,) = status.projects
+        assert project_status.chunks_needing_embedding == project_status.chunks
+        configured = [e for e in project_status.embeddings if e.configured]
+        assert all(e.chunks_ready == 0 for e in configured)
+        assert status.configured_embedding.model == "other-model"
+
+
+async def test_bad_documents_are_reported_and_the_rest_is_kept(tmp_path: Path) -> None:
+    bad_meta = struct_pb2.Struct()
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        project = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))).project
+        batch = [
+            index_pb2.Document(kind="note", row_id="ok-1", body="fine"),
+            index_pb2.Document(kind="Bad Kind", row_id="x", body="rejected"),
+            index_pb2.Document(kind="note", row_id="", body="no id"),
+            index_pb2.Document(kind="note", row_id="big", body="x" * (1024 * 1024 + 1)),
+            index_pb2.Document(kind="note", row_id="ok-2", body="also fine", metadata=bad_meta),
+        ]
+        reply = await _upsert(
+            stub,
+            project.project_id,
+            batch[:3],
+            batch[3:],
+        )
+        assert (reply.documents_received, reply.documents_created) == (5, 2)
+        assert reply.documents_rejected == 3
+        rejected = {
+            r.index: r.field
+            for r in reply.results
+            if r.outcome == index_pb2.DOCUMENT_OUTCOME_REJECTED
+        }
+        assert rejected == {
+            1: "messages[0].documents[1].kind",
+            2: "messages[0].documents[2].row_id",
+            3: "messages[1].documents[0].body",
+        }
+        other = await _upsert(stub, 987654, [index_pb2.Document(kind="note", row_id="1")])
+        assert other.results[0].field == "messages[0].project_id"
+
+
+async def test_a_method_not_built_is_unimplemented_with_error_info() -> None:
+    server = grpc.aio.server(interceptors=[ServiceInterceptor(Authenticator(""), 10)])
+    descriptor = index_pb2.DESCRIPTOR.services_by_name["IndexService"]
+    index_pb2_grpc.add_IndexServiceServicer_to_server(
+        unimplemented_servicer(index_pb2_grpc.IndexServiceServicer, descriptor), server
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = index_pb2_grpc.IndexServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.ListProjects(index_pb2.ListProjectsRequest())
+        decoded = decode(caught.value)
+        assert decoded.code == grpc.StatusCode.UNIMPLEMENTED
+        assert decoded.info is not None
+        assert decoded.info.reason == "NOT_IMPLEMENTED"
+        assert decoded.info.metadata["method"] == "/search.v1.IndexService/ListProjects"
+    finally:
+        await server.stop(0)
