@@ -1,0 +1,1 @@
+"""Measurement harness: latency, load, scale, seed comparison, relevance, indexing, fan-out."""

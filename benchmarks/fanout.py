@@ -1,0 +1,228 @@
+"""Workspace fan-out: 8 accounts (one per provider) x 4 queries against fakes with 20 ms latency.
+
+Reports end-to-end p50 against the slowest single provider measured in the same run (that
+provider's 4 queries alone), searches/s with concurrent callers, and the server's fusion time
+per search. The fakes and the server run in two child processes (both in-process for smoke
+runs), so the fakes' CPU is not charged to the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from benchmarks.fanout_world import WORDS, Fakes, WorkspaceServer
+from benchmarks.servers import ChildServer, Timing
+from benchmarks.stats import summarize
+from benchmarks.workbench import log
+from service.pb.search.v1 import accounts_pb2, accounts_pb2_grpc
+from service.pb.search.v1 import common_pb2 as cpb
+from service.pb.search.v1 import workspace_search_pb2 as wpb
+from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+
+SEARCH = "/search.v1.WorkspaceSearchService/SearchWorkspace"
+LATENCY = 0.020
+TOP_K = 10
+CONCURRENCY = 16
+PROVIDERS = {
+    "github": cpb.PROVIDER_GITHUB, "gitlab": cpb.PROVIDER_GITLAB, "slack": cpb.PROVIDER_SLACK,
+    "google_drive": cpb.PROVIDER_GOOGLE_DRIVE, "gmail": cpb.PROVIDER_GMAIL,
+    "google_calendar": cpb.PROVIDER_GOOGLE_CALENDAR, "jira": cpb.PROVIDER_JIRA,
+    "confluence": cpb.PROVIDER_CONFLUENCE,
+}
+GITHUB_KINDS = (wpb.QUERY_KIND_ISSUES, wpb.QUERY_KIND_CODE, wpb.QUERY_KIND_COMMITS,
+                wpb.QUERY_KIND_REPOSITORIES)
+GITLAB_KINDS = (wpb.QUERY_KIND_ISSUES, wpb.QUERY_KIND_CODE, wpb.QUERY_KIND_MERGE_REQUESTS,
+                wpb.QUERY_KIND_WIKI)
+
+
+def queries_for(provider: str) -> list[wpb.NativeQuery]:
+    """Four valid native queries for one provider's account."""
+    value = PROVIDERS[provider]
+    if provider in ("github", "gitlab"):
+        kinds = GITHUB_KINDS if provider == "github" else GITLAB_KINDS
+        return [wpb.NativeQuery(provider=value, text=WORDS[0], kind=k) for k in kinds]
+    texts = {
+        "google_drive": [f"fullText contains '{w}'" for w in WORDS],
+        "jira": [f'text ~ "{w}" ORDER BY updated DESC' for w in WORDS],
+        "confluence": [f'text ~ "{w}"' for w in WORDS],
+    }.get(provider, list(WORDS))
+    return [wpb.NativeQuery(provider=value, text=t) for t in texts]
+
+
+@dataclass
+class Outcome:
+    """Latencies and query states of a series of searches."""
+
+    client: list[float] = field(default_factory=list)
+    states: Counter[str] = field(default_factory=Counter)
+    results: list[int] = field(default_factory=list)
+
+
+class Driver:
+    """Searches over one channel."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.stub = wgrpc.WorkspaceSearchServiceStub(channel)
+        self.accounts = accounts_pb2_grpc.AccountServiceStub(channel)
+
+    async def connect_all(self) -> None:
+        """One account per provider (the fakes accept `tok-<name>-secret`)."""
+        for name, value in PROVIDERS.items():
+            await self.accounts.ConnectAccount(accounts_pb2.ConnectAccountRequest(
+                provider=value, display_name=name,
+                credentials=accounts_pb2.Credentials(token=f"tok-{name}-secret")))
+
+    async def search(self, queries: Sequence[wpb.NativeQuery], outcome: Outcome) -> None:
+        """One SearchWorkspace call, read to its end."""
+        request = wpb.SearchWorkspaceRequest(queries=list(queries), top_k=TOP_K)
+        started = time.perf_counter()
+        results = 0
+        async for message in self.stub.SearchWorkspace(request, timeout=30):
+            if message.HasField("page"):
+                results += len(message.page.results)
+            else:
+                outcome.states[wpb.QueryState.Name(message.query_status.state)] += 1
+        outcome.client.append(time.perf_counter() - started)
+        outcome.results.append(results)
+
+
+class _World:
+    """Fakes and server in two child processes, or both on this event loop."""
+
+    def __init__(self, inprocess: bool) -> None:
+        self.inprocess = inprocess
+        self.fakes: Fakes | None = None
+        self.server: WorkspaceServer | None = None
+        self.fakes_child: ChildServer | None = None
+        self.server_child: ChildServer | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="search-fanout-")
+
+    async def start(self) -> str:
+        if self.inprocess:
+            self.fakes = Fakes(LATENCY)
+            await self.fakes.start()
+            self.server = WorkspaceServer(Path(self._dir.name), self.fakes.urls)
+            await self.server.start()
+            return f"127.0.0.1:{self.server.port}"
+        self.fakes_child = await ChildServer.spawn("--fakes", str(LATENCY))
+        self.server_child = await ChildServer.spawn("--workspace", self._dir.name,
+                                                    self.fakes_child.info)
+        return self.server_child.target
+
+    async def timings(self) -> list[Timing]:
+        if self.server is not None:
+            return self.server.observer.take()
+        assert self.server_child is not None
+        return await self.server_child.take_timings()
+
+    async def fusion_seconds(self) -> float:
+        if self.server is not None:
+            return self.server.clock.take()
+        assert self.server_child is not None
+        return await self.server_child.take_fusion()
+
+    async def requests(self) -> dict[str, int]:
+        if self.fakes is not None:
+            return self.fakes.take_requests()
+        assert self.fakes_child is not None
+        return await self.fakes_child.take_requests()
+
+    async def close(self) -> None:
+        for part in (self.server, self.fakes, self.server_child, self.fakes_child):
+            if part is not None:
+                await part.close()
+        self._dir.cleanup()
+
+
+async def _server_times(world: _World) -> list[float]:
+    return [t.seconds for t in await world.timings() if t.method == SEARCH]
+
+
+async def _sequential(driver: Driver, queries: Sequence[wpb.NativeQuery], count: int) -> Outcome:
+    outcome = Outcome()
+    for _ in range(count):
+        await driver.search(queries, outcome)
+    return outcome
+
+
+async def _throughput(driver: Driver, queries: Sequence[wpb.NativeQuery], count: int
+                      ) -> tuple[float, Outcome]:
+    outcome = Outcome()
+    remaining = [count]
+
+    async def worker() -> None:
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            await driver.search(queries, outcome)
+
+    started = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(CONCURRENCY)])
+    return count / (time.perf_counter() - started), outcome
+
+
+async def measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
+    """Rows: all 8 accounts sequentially, each provider alone, and concurrent throughput."""
+    world = _World(inprocess)
+    try:
+        target = await world.start()
+        async with grpc.aio.insecure_channel(target) as channel:
+            driver = Driver(channel)
+            await driver.connect_all()
+            every = [q for name in PROVIDERS for q in queries_for(name)]
+            await _sequential(driver, every, min(5, searches))
+            await world.timings()
+            await world.fusion_seconds()
+            await world.requests()
+            full = await _sequential(driver, every, searches)
+            full_server = await _server_times(world)
+            fusion = await world.fusion_seconds()
+            requests = await world.requests()
+            alone = {}
+            for name in PROVIDERS:
+                alone[name] = summarize(
+                    (await _sequential(driver, queries_for(name), max(2, searches // 4))).client)
+            await world.timings()
+            rate, busy = await _throughput(driver, every, searches)
+            busy_server = await _server_times(world)
+    finally:
+        await world.close()
+    data = _rows(full, full_server, fusion, alone, rate, busy, busy_server, searches)
+    data["http_requests_per_search"] = {
+        name: count / max(1, searches) for name, count in requests.items()}
+    return data
+
+
+def _rows(full: Outcome, full_server: list[float], fusion: float, alone: dict[str, Any],
+          rate: float, busy: Outcome, busy_server: list[float], searches: int
+          ) -> dict[str, Any]:
+    slowest_name = max(alone, key=lambda n: alone[n]["p50_ms"])
+    slowest = alone[slowest_name]["p50_ms"]
+    sequential = summarize(full.client)
+    log(f"fanout: p50 {sequential['p50_ms']:.1f} ms vs slowest provider ({slowest_name}) "
+        f"{slowest:.1f} ms; {rate:.0f} searches/s; fusion "
+        f"{fusion / max(1, searches) * 1e6:.0f} us/search; states {dict(full.states)}")
+    return {
+        "provider_latency_ms": LATENCY * 1000, "accounts": len(PROVIDERS), "queries_per_account": 4,
+        "top_k": TOP_K, "alone": alone, "slowest_provider": slowest_name,
+        "states": dict(full.states),
+        "mean_results": sum(full.results) / max(1, len(full.results)),
+        "rows": [
+            {"case": "8 accounts x 4 queries, one call at a time", "client": sequential,
+             "server": summarize(full_server), "slowest_provider_ms": slowest,
+             "p50_minus_slowest_ms": sequential["p50_ms"] - slowest,
+             "fusion_us_per_search": fusion / max(1, searches) * 1e6, "concurrency": 1},
+            {"case": f"8 accounts x 4 queries, {CONCURRENCY} concurrent callers",
+             "client": summarize(busy.client), "server": summarize(busy_server),
+             "searches_per_s": rate, "concurrency": CONCURRENCY},
+        ],
+        "targets": {"p50_minus_slowest_ms": 10.0, "searches_per_s": 300.0},
+    }

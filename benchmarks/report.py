@@ -1,0 +1,198 @@
+"""Markdown tables for every benchmark section of results.json."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """A number for a table cell ('-' when missing)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def stamp_line(stamp: dict[str, Any]) -> str:
+    """Where and when a section was measured."""
+    dirty = " + uncommitted changes" if stamp.get("dirty") else ""
+    return (f"_Measured {stamp.get('date', '?')} at commit `{stamp.get('commit', '?')}`{dirty}; "
+            f"{stamp.get('cores', '?')} cores ({stamp.get('cpu', '?')}), "
+            f"{stamp.get('memory_gib', '?')} GiB, Python {stamp.get('python', '?')}; "
+            f"load average at the end {stamp.get('load_average', '?')}._")
+
+
+def _p(summary: dict[str, Any] | None, key: str) -> str:
+    return fmt((summary or {}).get(key))
+
+
+def _triple(summary: dict[str, Any] | None) -> str:
+    return " / ".join(_p(summary, k) for k in ("p50_ms", "p95_ms", "p99_ms"))
+
+
+def render_index(data: Any) -> str:
+    """Indexing throughput."""
+    rows = [[r["store"], r["embedder"], r["corpus"], fmt(r["documents"]), fmt(r["chunks"]),
+             fmt(r["seconds"]), fmt(r["docs_per_s"], 0), fmt(r["chunks_per_s"], 0),
+             fmt(r.get("target_chunks_per_s"), 0)] for r in data["rows"]]
+    return table(["store", "embedder", "corpus", "documents", "chunks", "seconds", "docs/s",
+                  "chunks/s", "target chunks/s"], rows)
+
+
+def render_latency(data: Any) -> str:
+    """Latency per store, size and mode."""
+    rows = [[r["store"], fmt(r["chunks"]), r["mode"].upper(), _triple(r["server"]),
+             _triple(r["client"]), fmt(r["exact_share"], 2), fmt(r["mean_hits"]),
+             fmt(r.get("target_server_p50_ms"), 0)] for r in data["rows"]]
+    return table(["store", "chunks", "mode", "server p50 / p95 / p99 ms",
+                  "client p50 / p95 / p99 ms", "exact share", "hits/page",
+                  "target server p50 ms"], rows)
+
+
+def render_load(data: Any) -> str:
+    """Capacity per store and the steps that found it."""
+    parts = []
+    summary = [[r["store"], fmt(r["chunks"]), r["workload"], fmt(r["held_rps"], 1),
+                fmt(r["p99_limit_ms"], 0)] for r in data["rows"]]
+    parts.append(table(["store", "chunks", "workload", "held requests/s", "p99 limit ms"],
+                       summary))
+    steps = [[r["store"], fmt(s["rate"], 1), fmt(s["achieved_rps"], 1), fmt(s["ok"]),
+              fmt(sum(s["errors"].values())), _triple(s["latency"]), _triple(s["server"])]
+             for r in data["rows"] for s in r["steps"]]
+    parts.append(table(["store", "offered/s", "achieved/s", "ok", "errors",
+                        "latency from schedule p50 / p95 / p99 ms",
+                        "server p50 / p95 / p99 ms"], steps))
+    return "\n\n".join(parts)
+
+
+def render_scale(data: Any) -> str:
+    """Exact vs index paths by size."""
+    rows = []
+    for r in data["rows"]:
+        exact, index = r["exact"]["server"], r["index"]["server"]
+        ratio = (index["p50_ms"] / exact["p50_ms"]
+                 if exact.get("p50_ms") and index.get("p50_ms") else None)
+        rows.append([r["store"], fmt(r["chunks"]), r["mode"].upper(), _triple(exact),
+                     _triple(index), fmt(ratio, 2), fmt(r["recall_at_10"], 3)])
+    return table(["store", "chunks", "mode", "exact server p50 / p95 / p99 ms",
+                  "index server p50 / p95 / p99 ms", "index / exact p50", "recall@10"], rows)
+
+
+def render_seed(data: Any) -> str:
+    """Per-project loop vs combined."""
+    rows = []
+    for r in data["rows"]:
+        published = r.get("published_ms")
+        shown = f"{published[0]} -> {published[1]}" if published else "-"
+        rows.append([r["case"], r["store"], r["mode"].upper(),
+                     f"{_p(r['loop']['server'], 'p50_ms')} / {_p(r['loop']['client'], 'p50_ms')}",
+                     f"{_p(r['combined']['server'], 'p50_ms')} / "
+                     f"{_p(r['combined']['client'], 'p50_ms')}",
+                     f"x{fmt(r['ratio_server_p50'], 2)} / x{fmt(r['ratio_client_p50'], 2)}",
+                     fmt(r["same_identities"], 2), fmt(r.get("cases")), shown])
+    return table(["case", "store", "mode", "loop p50 ms (server / client)",
+                  "combined p50 ms (server / client)", "loop / combined (server / client)",
+                  "same result set", "measured pairs", "published ms (loop -> combined)"], rows)
+
+
+def render_relevance(data: Any) -> str:
+    """Relevance per store and run, and the baselines."""
+    head = (f"Collection `{data['collection']}`: {fmt(data['documents'])} documents, "
+            f"{fmt(data['queries'])} queries, {fmt(data['judgments'])} judgments; depth "
+            f"{data['depth']}; embedder {data['embedder']}; metrics by {data['metrics_library']}"
+            f"; query text lower-cased: {fmt(data['lower_cased'])}.")
+    rows = [[r["store"], r["run"].upper(), fmt(r["ndcg_at_10"], 4), fmt(r["map"], 4),
+             fmt(r["recall_at_100"], 4), fmt(r["mrr"], 4), fmt(r["ndcg"], 4),
+             _p(r.get("server"), "p50_ms"), fmt(r.get("relaxed_queries"))]
+            for r in data["rows"]]
+    parts = [head, table(["store", "run", "nDCG@10", "MAP (AP@1000)", "Recall@100", "MRR",
+                          "nDCG (full)", "server p50 ms", "relaxed queries"], rows)]
+    if data.get("baselines"):
+        base = [[b["run"], fmt(b.get("ndcg_at_10"), 4), fmt(b.get("map"), 4),
+                 fmt(b.get("ndcg"), 4)] for b in data["baselines"]]
+        parts.append("Published and reference baselines (from the collection's README):")
+        parts.append(table(["run", "nDCG@10", "MAP", "nDCG (full)"], base))
+    return "\n\n".join(parts)
+
+
+def render_fanout(data: Any) -> str:
+    """Workspace fan-out."""
+    if data.get("skipped"):
+        return f"Not measured: {data['skipped']}"
+    rows = [[r["case"], _triple(r["client"]), _triple(r["server"]),
+             fmt(r.get("slowest_provider_ms")), fmt(r.get("p50_minus_slowest_ms")),
+             fmt(r.get("searches_per_s"), 0), fmt(r.get("fusion_us_per_search"), 1),
+             fmt(r.get("concurrency"))] for r in data["rows"]]
+    parts = [table(["case", "client p50 / p95 / p99 ms", "server p50 / p95 / p99 ms",
+                    "slowest provider ms", "p50 - slowest ms", "searches/s",
+                    "fusion us/search", "concurrent calls"], rows)]
+    alone = data.get("alone", {})
+    requests = data.get("http_requests_per_search", {})
+    per_provider = [[name, _triple(alone[name]), fmt(requests.get(name), 1)] for name in alone]
+    if per_provider:
+        parts.append("Each provider alone (its 4 queries in one call), and provider HTTP "
+                     "requests per 8-account search:")
+        parts.append(table(["provider", "alone client p50 / p95 / p99 ms",
+                            "HTTP requests per search"], per_provider))
+    parts.append(f"Query states over the sequential searches: {data.get('states')}; "
+                 f"mean fused results per call: {fmt(data.get('mean_results'))}.")
+    return "\n\n".join(parts)
+
+
+SECTIONS: dict[str, tuple[str, str, Callable[[Any], str]]] = {
+    "index": ("Indexing throughput (issue 3)",
+              "UpsertDocuments through the server, empty database per row, 2 concurrent "
+              "streams, the server embeds.", render_index),
+    "latency": ("Search latency (issues 4 and 7)",
+                "50 projects, scope of 10 random projects, deterministic 384-d vectors, page "
+                "size 10, sequential calls; server = time inside the service's interceptor, "
+                "client = around the call on a real channel.", render_latency),
+    "load": ("Fixed-rate load (issue 7)",
+             "Open-loop driver on grpc.aio: requests start at scheduled times; latency counts "
+             "from the scheduled time. Rate x1.5 per 4-s step until p99 > 300 ms or an error.",
+             render_load),
+    "scale": ("Scaling: exact scan vs ANN index (issue 7)",
+              "Same database, two servers: exact_scan_limit = 1e9 (always exact) and 0 (always "
+              "the index path); recall@10 of the index path against exact, same queries.",
+              render_scale),
+    "seed": ("Seed comparison: per-project loop vs combined search (issue 4)",
+             "Same server, interleaved; loop = one SearchProjects call per project, merged by "
+             "score in the client; server time of a loop = sum of its calls.", render_seed),
+    "relevance": ("Relevance (issue 7)",
+                  "Indexed through the server into one project; MAP = AP over the top 1000.",
+                  render_relevance),
+    "fanout": ("Workspace fan-out (issue 5)",
+               "8 accounts (one per provider) x 4 queries against the fake providers, each "
+               "answering after 20 ms.", render_fanout),
+}
+
+
+def render(results: dict[str, Any]) -> str:
+    """Every stored section, in a fixed order."""
+    parts = []
+    for name, (title, intro, draw) in SECTIONS.items():
+        section = results["benchmarks"].get(name)
+        if section is None:
+            parts.append(f"## {title}\n\nNot run yet: `python -m benchmarks {name}`.\n")
+            continue
+        data = section["data"]
+        body = (f"**Failed:** `{data['error']}`" if isinstance(data, dict) and "error" in data
+                else draw(data))
+        parts.append(f"## {title}\n\n{stamp_line(section['stamp'])}\n\n{intro}\n\n{body}\n")
+    return "\n".join(parts)

@@ -1,0 +1,171 @@
+"""Smoke versions of every benchmark: the harness is correct at tiny sizes (no timing checks).
+
+Servers run in-process (real gRPC on port 0, real SQLite and PostgreSQL); results go to a
+temporary directory, never to the committed benchmarks/results.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import beir, fanout, index, relevance, results
+from benchmarks.__main__ import build_parser
+from benchmarks.load import run_step
+from benchmarks.measure import Query
+from benchmarks.plan import Plan, Sizes, run_plan
+from benchmarks.workbench import Options, Workbench
+
+pytestmark = [pytest.mark.postgres]
+MODES = {"fts", "vector", "hybrid"}
+
+
+def _plan(tmp_path: Path, command: str, dsn: str, **changes: Any) -> Plan:
+    args = build_parser().parse_args([command, "--smoke", "--inprocess", "--pg-dsn", dsn,
+                                      "--out", str(tmp_path / "out")])
+    plan = Plan.from_args(args)
+    return Plan(**{**plan.__dict__, **changes})
+
+
+async def test_corpus_benchmarks_write_tables_for_both_stores(tmp_path: Path, pg_dsn: str) -> None:
+    plan = _plan(tmp_path, "all", pg_dsn,
+                 wanted=("latency", "scale", "seed", "load"), sizes=Sizes.smoke())
+    await run_plan(plan)
+    stored = json.loads(plan.json_path.read_text())["benchmarks"]
+    assert set(stored) == {"latency", "scale", "seed", "load"}
+    assert stored["latency"]["stamp"]["cores"] >= 1
+    assert stored["latency"]["stamp"]["commit"]
+    latency_rows = stored["latency"]["data"]["rows"]
+    assert {(r["store"], r["mode"]) for r in latency_rows} == {
+        (s, m) for s in ("sqlite", "postgres") for m in MODES}
+    for row in latency_rows:
+        assert row["server"]["n"] == row["client"]["n"] == 3
+        assert 0 < row["server"]["p50_ms"] <= row["client"]["p50_ms"]
+    for row in stored["scale"]["data"]["rows"]:
+        # Tiny corpora: the index path must find exactly what the exact scan finds.
+        assert row["exact"]["exact_share"] == 1.0
+        assert row["index"]["exact_share"] == 0.0
+        assert row["recall_at_10"] == pytest.approx(1.0)
+    fixture_rows = [r for r in stored["seed"]["data"]["rows"] if r["case"].startswith("3 proj")]
+    assert len(fixture_rows) == 6
+    assert all(r["same_identities"] == 1.0 for r in fixture_rows if r["mode"] != "fts")
+    assert all(r["ratio_server_p50"] > 0 for r in stored["seed"]["data"]["rows"])
+    assert {r["store"] for r in stored["load"]["data"]["rows"]} == {"sqlite", "postgres"}
+    markdown = plan.markdown_path.read_text()
+    for title in ("Search latency", "Fixed-rate load", "Scaling", "Seed comparison"):
+        assert f"## {title}" in markdown
+    assert "Not run yet: `python -m benchmarks relevance`" in markdown
+
+
+def test_regenerating_results_md_keeps_the_hand_written_reading(tmp_path: Path) -> None:
+    path = tmp_path / "RESULTS.md"
+    results.write_markdown("## Tables\n\nold", path)
+    text = path.read_text().replace(results.DEFAULT_READING, "We are fast enough.\n\nReally.")
+    path.write_text(text)
+    results.write_markdown("## Tables\n\nnew", path)
+    regenerated = path.read_text()
+    assert "We are fast enough.\n\nReally." in regenerated
+    assert "new" in regenerated
+    assert "old" not in regenerated
+
+
+async def test_index_benchmark_counts_documents_and_chunks(tmp_path: Path, pg_dsn: str) -> None:
+    bench = Workbench(Options(inprocess=True, pg_dsn=pg_dsn, workdir=tmp_path))
+    try:
+        rows = await index.measure(bench, synthetic_chunks=30, model_docs=3,
+                                   collection=beir.DEFAULT_COLLECTION)
+    finally:
+        await bench.close()
+    assert {(r["store"], r["embedder"], r["corpus"]) for r in rows} == {
+        (s, e, c) for s in ("sqlite", "postgres")
+        for e, c in (("deterministic", "synthetic"), ("deterministic", "vaswani-npl"),
+                     ("local", "vaswani-npl"))}
+    for row in rows:
+        assert row["chunks"] >= row["documents"] > 0
+        assert row["chunks_embedded"] == row["chunks"]  # empty database: everything embedded
+        assert row["chunks_per_s"] > 0
+
+
+def _beir_folder(root: Path) -> Path:
+    docs = [
+        ("a", "Microwave dielectric measurement", "dielectric constant of liquids at microwave"),
+        ("b", "", "waveguide fed antenna radiation patterns"),
+        ("c", "", "digital computers in band pass filter design"),
+        ("d", "", "liquid helium thermal conductivity"),
+        ("e", "", "transistor amplifier noise figure"),
+    ]
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
+    (root / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "DIELECTRIC CONSTANT OF LIQUIDS"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "band pass filter design computers"}) + "\n")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\ta\t1\nq2\tc\t1\n")
+    return root
+
+
+async def test_relevance_runs_unchanged_on_another_beir_folder(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    folder = _beir_folder(tmp_path / "tiny-beir")
+    bench = Workbench(Options(inprocess=True, pg_dsn=pg_dsn, workdir=tmp_path / "work"))
+    try:
+        data = await relevance.measure(bench, folder, depth=20, cache=str(tmp_path / "c.db"))
+    finally:
+        await bench.close()
+    assert data["collection"] == "tiny-beir"
+    assert data["baselines"] == []
+    assert {(r["store"], r["run"]) for r in data["rows"]} == {
+        (s, run) for s in ("sqlite", "postgres")
+        for run in ("fts", "vector", "hybrid", "rrf", "fts_any")}
+    for row in data["rows"]:
+        for metric in ("ndcg_at_10", "map", "recall_at_100", "mrr", "ndcg"):
+            assert 0.0 <= row[metric] <= 1.0
+        assert row["mrr"] == pytest.approx(1.0), row  # each query's one relevant doc ranks 1st
+
+
+def test_metrics_come_from_ir_measures_and_count_queries_without_results() -> None:
+    qrels = {"q1": {"d1": 1, "d2": 1}, "q2": {"d9": 1}}
+    metrics = relevance.evaluate(qrels, {"q1": ["d1", "d3", "d2"], "q2": []})
+    assert metrics["mrr"] == pytest.approx(0.5)  # q1: 1.0, q2 (no results): 0
+    assert metrics["map"] == pytest.approx((1.0 + 2 / 3) / 2 / 2)
+    assert metrics["recall_at_100"] == pytest.approx(0.5)
+    fused = relevance.rrf({"q": ["x", "y"]}, {"q": ["y", "z"]}, 10)
+    assert fused["q"][0] == "y"
+
+
+async def test_load_driver_sends_at_the_fixed_rate(tmp_path: Path) -> None:
+    bench = Workbench(Options(inprocess=True, stores=("sqlite",), workdir=tmp_path))
+    try:
+        corpus = await bench.corpus("sqlite", 30, projects=3)
+        queries = [Query(tuple(corpus.projects), "alpha", "fts")]
+        step = await run_step(corpus.server, queries, rate=20.0, seconds=0.5)
+    finally:
+        await bench.close()
+    assert len(step.latencies) == 10
+    assert not step.errors
+    assert len(step.server) == 10
+    assert all(latency > 0 for latency in step.latencies)
+
+
+async def test_fanout_reports_every_provider_and_fusion_cost() -> None:
+    data = await fanout.measure(2, inprocess=True)
+    assert set(data["alone"]) == set(fanout.PROVIDERS)
+    assert set(data["states"]) == {"QUERY_STATE_OK"}
+    sequential, concurrent = data["rows"]
+    assert sequential["client"]["n"] == 2
+    assert sequential["fusion_us_per_search"] > 0
+    assert concurrent["searches_per_s"] > 0
+
+
+async def test_a_failing_benchmark_is_recorded_and_the_rest_still_runs(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "all", "", wanted=("relevance",),
+                 collection=tmp_path / "not-a-beir-folder")
+    plan = Plan(**{**plan.__dict__, "options": Options(inprocess=True, stores=("sqlite",))})
+    assert await run_plan(plan) == ["relevance"]
+    stored = json.loads(plan.json_path.read_text())["benchmarks"]["relevance"]["data"]
+    assert "FileNotFoundError" in stored["error"]
+    assert "**Failed:** `FileNotFoundError" in plan.markdown_path.read_text()
