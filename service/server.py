@@ -32,7 +32,7 @@ from service.pb.search.v1 import (
 )
 from service.ranking.tokens import TokenSigner
 from service.ratelimit import TenantRateLimiter
-from service.settings import Settings, SettingsError
+from service.settings import Settings, SettingsError, replica_urls
 
 log = logging.getLogger("search.server")
 
@@ -176,7 +176,12 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
     interceptor = ServiceInterceptor(
         authenticator, settings.max_concurrent_streams, observer, limiter
     )
-    server = grpc.aio.server(interceptors=[interceptor], options=server_options(settings))
+    interceptors: list[grpc.aio.ServerInterceptor] = [interceptor]
+    if replica_urls(settings):
+        from service.api.replica_lsn import ReadYourWritesInterceptor
+
+        interceptors.append(ReadYourWritesInterceptor())
+    server = grpc.aio.server(interceptors=interceptors, options=server_options(settings))
     health_servicer = health.aio.HealthServicer()
     app = App(settings=settings, server=server, health=health_servicer)
     if metrics is not None:
@@ -264,6 +269,10 @@ async def _build_servicers(
             store = await open_store(
                 settings.database_url.reveal(), settings.data_dir, identity,
                 pool_size=settings.db_pool_size,
+                replica_urls=replica_urls(settings),
+                replica_max_lag=settings.replica_max_lag_seconds,
+                replica_check_interval=settings.replica_check_interval,
+                partitions=settings.pg_partitions,
             )
         except ValueError as error:
             raise SettingsError(f"SEARCH_DATABASE_URL: {error}") from error

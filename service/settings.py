@@ -65,6 +65,20 @@ class Settings:
         metadata=_doc("Empty: SQLite in data_dir; `postgresql://...` for PostgreSQL."),
     )
     db_pool_size: int = field(default=10, metadata=_doc("PostgreSQL pool size."))
+    database_replica_urls: Secret = field(
+        default=Secret(""),
+        metadata=_doc("Comma list of PostgreSQL streaming-replica URLs; searches read there."),
+    )
+    replica_max_lag_seconds: float = field(
+        default=10.0, metadata=_doc("Replicas further behind the primary are skipped.")
+    )
+    replica_check_interval: float = field(
+        default=1.0, metadata=_doc("Seconds between replica health and lag checks.")
+    )
+    pg_partitions: int = field(
+        default=0,
+        metadata=_doc("Hash partitions by project of the PostgreSQL content tables; 0 = none."),
+    )
     embedder: str = field(
         default="local", metadata=_doc("local (all-MiniLM-L6-v2) | openai | deterministic | none")
     )
@@ -163,6 +177,9 @@ class Settings:
         checks = [
             ("port", 0 <= self.port <= 65535),
             ("db_pool_size", 1 <= self.db_pool_size <= 1000),
+            ("replica_max_lag_seconds", self.replica_max_lag_seconds >= 0),
+            ("replica_check_interval", self.replica_check_interval > 0),
+            ("pg_partitions", 0 <= self.pg_partitions <= 1024),
             ("embedder", self.embedder in {"local", "openai", "deterministic", "none"}),
             ("rrf_k", self.rrf_k >= 1),
             ("query_request_budget", 1 <= self.query_request_budget <= 1000),
@@ -210,6 +227,12 @@ def _parse(key: str, raw: str, hint: Any) -> Any:
         raise SettingsError(
             f"{key}={shown} is not a valid {getattr(hint, '__name__', hint)}"
         ) from None
+
+
+def replica_urls(settings: Settings) -> list[str]:
+    """The replica DSNs of SEARCH_DATABASE_REPLICA_URLS (blank entries dropped)."""
+    urls = settings.database_replica_urls.reveal().split(",")
+    return [url.strip() for url in urls if url.strip()]
 
 
 def describe() -> list[tuple[str, str, str]]:

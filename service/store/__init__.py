@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from service.embeddings.base import EmbeddingIdentity
@@ -29,10 +30,21 @@ def sqlite_path(database_url: str, data_dir: Path) -> Path:
 
 
 async def open_store(
-    database_url: str, data_dir: Path, identity: EmbeddingIdentity | None
+    database_url: str,
+    data_dir: Path,
+    identity: EmbeddingIdentity | None,
+    *,
+    pool_size: int = 10,
+    replica_urls: Sequence[str] = (),
+    replica_max_lag: float = 10.0,
+    replica_check_interval: float = 1.0,
+    partitions: int = 0,
 ) -> Store:
-    """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL."""
+    """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL
+    (with at most `pool_size` connections)."""
     if not database_url or database_url.startswith(SQLITE_PREFIX):
+        if replica_urls:
+            raise ValueError("read replicas need a postgresql:// primary")
         from service.store.sqlite import SqliteStore
 
         store: Store = SqliteStore(sqlite_path(database_url, data_dir), identity)
@@ -40,7 +52,11 @@ async def open_store(
         # Imported lazily so the embedded default never needs asyncpg loaded.
         from service.store.postgres import PostgresStore
 
-        store = PostgresStore(database_url, identity=identity)
+        store = PostgresStore(
+            database_url, identity=identity, max_size=pool_size, replica_dsns=replica_urls,
+            replica_max_lag=replica_max_lag, replica_check_interval=replica_check_interval,
+            partitions=partitions,
+        )
     else:
         raise ValueError(
             f"unsupported database URL {database_url.split(':', 1)[0]!r}: use sqlite:///<file> "

@@ -197,6 +197,45 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 
+# Hash partitioning by project_id (SEARCH_PG_PARTITIONS, fixed when the schema is created):
+# every key and foreign key starts with project_id, so each project lives in one partition
+# per table (a custom plan prunes to them; a generic plan over `= ANY($scope)` visits every
+# partition's index). Storage parameters cannot be set on a partitioned parent.
+PARTITIONED_TABLES = ("documents", "chunks", "vectors")
+PARTITION_BY = " PARTITION BY HASH (project_id)"
+PARTITION_OF = (
+    "CREATE TABLE {table}_p{index} PARTITION OF {table} "
+    "FOR VALUES WITH (MODULUS {count}, REMAINDER {index})"
+)
+_DOCUMENTS_STORAGE = """
+ALTER TABLE documents
+    ALTER COLUMN fts SET STORAGE MAIN,
+    ALTER COLUMN ngram_fts SET STORAGE MAIN"""
+_PARTITION_INLINE = "ALTER TABLE documents_p{index} SET (toast_tuple_target = 8160)"
+
+
+def partitioned(migration: Migration, partitions: int) -> Migration:
+    """`migration` with documents, chunks and vectors hash-partitioned (0: unchanged)."""
+    if partitions == 0 or migration.version != 1:
+        return migration
+    tables = dict(zip((_DOCUMENTS, _CHUNKS, _VECTORS), PARTITIONED_TABLES, strict=True))
+    statements: list[str] = []
+    for statement in migration.statements:
+        table = tables.get(statement)
+        if table is not None:
+            statements.append(statement + PARTITION_BY)
+            statements += [
+                PARTITION_OF.format(table=table, index=i, count=partitions)
+                for i in range(partitions)
+            ]
+        elif statement == _DOCUMENTS_INLINE:
+            statements.append(_DOCUMENTS_STORAGE)
+            statements += [_PARTITION_INLINE.format(index=i) for i in range(partitions)]
+        else:
+            statements.append(statement)
+    return Migration(migration.version, migration.name, tuple(statements))
+
+
 INDEX_EXISTS = "SELECT to_regclass($1) IS NOT NULL"
 # Index DDL cannot take parameters; format() quotes the name and the model on the server.
 HNSW_DDL = """
@@ -213,17 +252,21 @@ def hnsw_index_name(identity: EmbeddingIdentity) -> str:
     return f"vectors_hnsw_{identity.dimensions}_{digest}"
 
 
-async def apply_migrations(conn: asyncpg.Connection) -> list[int]:
-    """Apply missing migrations; returns the versions applied now (idempotent, replica-safe)."""
+async def apply_migrations(conn: asyncpg.Connection, partitions: int = 0) -> list[int]:
+    """Apply missing migrations; returns the versions applied now (idempotent, replica-safe).
+
+    `partitions` > 0 hash-partitions the content tables when the schema is created now.
+    """
     applied_now: list[int] = []
     async with conn.transaction():
         # Replicas starting together queue here; the loser sees the winner's versions.
         await conn.execute(LOCK, MIGRATION_LOCK_KEY)
         await conn.execute(CREATE_MIGRATIONS_TABLE)
         done = {row["version"] for row in await conn.fetch(APPLIED_VERSIONS)}
-        for migration in MIGRATIONS:
-            if migration.version in done:
+        for original in MIGRATIONS:
+            if original.version in done:
                 continue
+            migration = partitioned(original, partitions)
             for statement in migration.statements:
                 await conn.execute(statement)
             await conn.execute(RECORD_VERSION, migration.version, migration.name)

@@ -24,6 +24,7 @@ from service.store.postgres import writes as write_path
 from service.store.postgres.ann import AnnMaintainer
 from service.store.postgres.migrations import apply_migrations, ensure_vector_index
 from service.store.postgres.pool import Conn, Database, PoolSettings
+from service.store.postgres.replicas import ReplicaRouter
 from service.store.postgres.search import check_plan, run_search
 
 ADAPTER = "pgvector"
@@ -43,6 +44,10 @@ class PostgresStore:
         search_timeout: float | None = None,
         ann_maintenance: bool = True,
         settings: PoolSettings | None = None,
+        replica_dsns: Sequence[str] = (),
+        replica_max_lag: float = 10.0,
+        replica_check_interval: float = 1.0,
+        partitions: int = 0,
     ) -> None:
         self._settings = dataclasses.replace(
             settings or PoolSettings(), min_size=min_size, max_size=max_size
@@ -53,6 +58,14 @@ class PostgresStore:
         self._db = Database(dsn, self._settings)
         self._ann = AnnMaintainer(self._db, identity) if identity is not None else None
         self._ann_background = ann_maintenance
+        self._partitions = partitions
+        self._replicas = (
+            ReplicaRouter(
+                self._db, replica_dsns, self._settings, replica_max_lag, replica_check_interval
+            )
+            if replica_dsns
+            else None
+        )
 
     @property
     def capabilities(self) -> Capabilities:
@@ -72,17 +85,26 @@ class PostgresStore:
     async def open(self) -> None:
         """Apply migrations and the identity's HNSW index (advisory lock), then pool up."""
         async with self._db.unpooled() as conn:
-            await apply_migrations(conn)
+            await apply_migrations(conn, self._partitions)
             if self._identity is not None:
                 await ensure_vector_index(conn, self._identity)
         await self._db.open()
+        if self._replicas is not None:
+            await self._replicas.open()
         if self._ann is not None and self._ann_background:
             self._ann.start()
+
+    @property
+    def replicas(self) -> ReplicaRouter | None:
+        """The read-replica router, when replica DSNs were given."""
+        return self._replicas
 
     async def close(self) -> None:
         """Stop HNSW maintenance and close the pool."""
         if self._ann is not None:
             await self._ann.stop()
+        if self._replicas is not None:
+            await self._replicas.close()
         await self._db.close()
 
     async def index_ann_backlog(self, limit: int = 1_000_000) -> int:
@@ -107,7 +129,9 @@ class PostgresStore:
     async def create_project(self, tenant: str, external_id: str, name: str) -> ProjectRecord:
         """Create a project; errors.AlreadyExists when the external id is taken."""
         async with self._db.connection() as conn:
-            return await projects.create_project(conn, tenant, external_id, name)
+            record = await projects.create_project(conn, tenant, external_id, name)
+            await self._note_write(conn)
+            return record
 
     async def list_projects(self, tenant: str, after_id: int, limit: int) -> list[ProjectRecord]:
         """Projects of `tenant` with id > after_id, by id."""
@@ -124,8 +148,11 @@ class PostgresStore:
 
     async def delete_project(self, tenant: str, project_id: int) -> int | None:
         """Delete a project of `tenant` with everything in it; None when not found."""
-        async with self._db.transaction() as conn:
-            return await projects.delete_project(conn, tenant, project_id)
+        async with self._db.connection() as conn:
+            async with conn.raw.transaction():
+                deleted = await projects.delete_project(conn, tenant, project_id)
+            await self._note_write(conn)
+            return deleted
 
     async def document_hashes(self, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
         """Stored content hashes of the given documents (missing keys are absent)."""
@@ -152,8 +179,11 @@ class PostgresStore:
         batch = list(writes)
         if not batch:
             return []
-        async with self._db.transaction() as conn:
-            return await write_path.write_documents(conn, project_id, batch)
+        async with self._db.connection() as conn:
+            async with conn.raw.transaction():
+                outcomes = await write_path.write_documents(conn, project_id, batch)
+            await self._note_write(conn)
+            return outcomes
 
     async def delete_documents(self, project_id: int, keys: Sequence[DocKey]) -> int:
         """Delete documents; returns how many existed."""
@@ -161,7 +191,14 @@ class PostgresStore:
         if not wanted:
             return 0
         async with self._db.connection() as conn:
-            return await write_path.delete_documents(conn, project_id, wanted)
+            deleted = await write_path.delete_documents(conn, project_id, wanted)
+            await self._note_write(conn)
+            return deleted
+
+    async def _note_write(self, conn: Conn) -> None:
+        # After the commit: a replica that replayed up to here sees the write.
+        if self._replicas is not None:
+            await self._replicas.note_write(conn)
 
     async def index_status(
         self, tenant: str, project_ids: Sequence[int], identity: EmbeddingIdentity | None
@@ -177,6 +214,8 @@ class PostgresStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         timeout = plan.timeout if plan.timeout is not None else self._search_timeout
+        if self._replicas is not None:
+            return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
         return await self._db.run(lambda conn: run_search(conn, plan, timeout))
 
     async def create_account(self, record: AccountRecord) -> None:
