@@ -6,6 +6,7 @@ from google.protobuf import json_format
 
 from service.api.convert_common import from_datetime, to_datetime
 from service.embeddings.base import EmbeddingIdentity
+from service.errors import InvalidArgument
 from service.indexing.documents import IncomingDocument, SuppliedChunk
 from service.indexing.pipeline import DocumentResult
 from service.pb.search.v1 import common_pb2
@@ -31,12 +32,22 @@ def project_to_proto(p: ProjectRecord) -> pb.Project:
 
 def document_from_proto(doc: pb.Document, field: str) -> IncomingDocument:
     """An incoming document (validated later, so every problem is reported per document)."""
-    metadata: object = json_format.MessageToDict(doc.metadata) if doc.HasField("metadata") else {}
+    try:
+        metadata: object = (
+            json_format.MessageToDict(doc.metadata) if doc.HasField("metadata") else {}
+        )
+    except ValueError:  # NaN or an infinity: not JSON
+        raise InvalidArgument.field(f"{field}.metadata", "numbers must be finite") from None
     identity = None
     chunks: tuple[SuppliedChunk, ...] = ()
     if doc.HasField("supplied_vectors"):
         sv = doc.supplied_vectors
-        identity = EmbeddingIdentity(sv.identity.model, sv.identity.dimensions)
+        try:
+            identity = EmbeddingIdentity(sv.identity.model, sv.identity.dimensions)
+        except ValueError:
+            raise InvalidArgument.field(
+                f"{field}.supplied_vectors.identity", "model required, dimensions 1..8192"
+            ) from None
         chunks = tuple(SuppliedChunk(c.text, tuple(c.vector)) for c in sv.chunks)
     return IncomingDocument(
         kind=doc.kind,

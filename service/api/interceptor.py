@@ -26,6 +26,9 @@ errors_log = logging.getLogger("search.errors")
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 Ctx = grpc.aio.ServicerContext[Any, Any]
 _MAX_REQUEST_ID = 128
+# Health checks and reflection are neither counted nor refused at the concurrency limit:
+# probes must answer under load, and Health.Watch streams must not hold service slots.
+UNLIMITED_PREFIX = "/grpc."
 RATE_LIMITED_METHODS = frozenset(
     {
         "/search.v1.ProjectSearchService/SearchProjects",
@@ -133,6 +136,7 @@ class _Call:
         self.started = time.perf_counter()
         self.token: Any = None
         self.counted = False
+        self.slots = 0 if method.startswith(UNLIMITED_PREFIX) else 1
 
     async def __aenter__(self) -> _Call:
         metadata = {
@@ -149,7 +153,7 @@ class _Call:
         try:
             principal = self.owner._auth.authenticate(self.method, metadata)
             self.token = self._rebind(ctx, principal.tenant, principal.role)
-            if self.owner._active >= self.owner._max_calls:
+            if self.slots and self.owner._active >= self.owner._max_calls:
                 raise ResourceExhausted(
                     "too many concurrent calls; retry with backoff",
                     reason="CONCURRENT_CALLS_LIMIT",
@@ -166,7 +170,7 @@ class _Call:
                     )
         except ServiceError as error:
             await self._fail(error)
-        self.owner._active += 1
+        self.owner._active += self.slots
         self.counted = True
         return self
 
@@ -208,7 +212,7 @@ class _Call:
             return False
         finally:
             if self.counted:
-                self.owner._active -= 1
+                self.owner._active -= self.slots
                 self.counted = False
                 self._finish()
 

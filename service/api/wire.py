@@ -87,7 +87,7 @@ def find_invalid_utf8(
             index = counts.get(number, 0)
             counts[number] = index + 1
             name = f"{prefix}{field.name}"
-            if field.label == FieldDescriptor.LABEL_REPEATED:  # type: ignore[attr-defined]
+            if field.is_repeated:
                 name += f"[{index}]"
             found = _check(field, payload, name, depth)
             if found:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +19,8 @@ from service.store.base import DocumentInput
 MAX_BODY_BYTES = 1024 * 1024
 MAX_METADATA_BYTES = 64 * 1024
 MAX_SUPPLIED_CHUNK_CHARS = 20_000
+_FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal 32-bit float
 _KIND = re.compile(r"^[a-z0-9_-]{1,64}$")
 _LIMITS = {"title": 1000, "path": 1000, "category": 200, "note_type": 200}
 
@@ -86,7 +90,21 @@ def _check_supplied(doc: IncomingDocument, field: str) -> list[FieldViolation]:
                     f"{name}.chunks[{i}].vector", f"length must be {identity.dimensions}"
                 )
             )
+        elif not _comparable(chunk.vector):
+            problems.append(
+                FieldViolation(
+                    f"{name}.chunks[{i}].vector",
+                    "values must be finite, with a norm a 32-bit float can hold (not 0)",
+                )
+            )
     return problems
+
+
+def _comparable(vector: Sequence[float]) -> bool:
+    """True when cosine similarity is defined for the vector in 32-bit floats (the stores use
+    them): a zero, vanishing, overflowing or NaN norm scores NaN, which ranks first."""
+    squares = math.fsum(x * x for x in vector)
+    return all(math.isfinite(x) for x in vector) and _FLOAT32_TINY < squares < _FLOAT32_MAX
 
 
 def _canonical(value: Any) -> str:

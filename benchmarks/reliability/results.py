@@ -1,0 +1,94 @@
+"""benchmarks/reliability/results.json (one stamped section per run) and its Markdown.
+
+The file has the shape of benchmarks/results.json, `{"benchmarks": {name: {"stamp", "data"}}}`,
+with `command` (how to rerun it) and `acceptance` (each criterion and whether it held) in each
+section. `render_markdown(load())` is what benchmarks/RESULTS.md includes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from benchmarks.stamp import machine_stamp
+
+HERE = Path(__file__).resolve().parent
+RESULTS_JSON = HERE / "results.json"
+TITLES = {
+    "faults": "Provider fault injection",
+    "load": "Concurrent streaming load",
+    "outage": "PostgreSQL outage under load",
+}
+
+
+def load(path: Path = RESULTS_JSON) -> dict[str, Any]:
+    """Stored results (empty when none)."""
+    if not path.is_file():
+        return {"benchmarks": {}}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("benchmarks", {})
+    return data
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def save(
+    name: str, data: dict[str, Any], acceptance: dict[str, bool], command: str,
+    path: Path = RESULTS_JSON,
+) -> None:
+    """Replace one section, stamped with the machine, commit, date and load average."""
+    results = load(path)
+    stamp = machine_stamp()
+    stamp["load_average"] = round(os.getloadavg()[0], 2)
+    results["benchmarks"][name] = {
+        "stamp": stamp, "command": command, "acceptance": acceptance, "data": _clean(data),
+    }
+    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """A "Reliability (issue 8)" section: per run, its acceptance and its figures."""
+    parts = ["## Reliability (issue 8)\n"]
+    for name, title in TITLES.items():
+        section = results["benchmarks"].get(name)
+        if section is None:
+            command = f"python -m benchmarks.reliability {name}"
+            parts.append(f"### {title}\n\nNot run yet: `{command}`.\n")
+            continue
+        stamp = section["stamp"]
+        rows = [f"| {k} | {_cell(v)} |" for k, v in section["acceptance"].items()]
+        figures = [f"| {k} | {_cell(v)} |" for k, v in section["data"].items()
+                   if k not in ("first_problems",)]
+        parts.append(
+            f"### {title}\n\n_`{section['command']}` at commit `{stamp.get('commit')}`"
+            f"{' + uncommitted changes' if stamp.get('dirty') else ''}, {stamp.get('date')}, "
+            f"{stamp.get('cores')} cores, load average {stamp.get('load_average')}._\n\n"
+            "| acceptance | held |\n|---|---|\n" + "\n".join(rows) + "\n\n"
+            "| figure | value |\n|---|---|\n" + "\n".join(figures) + "\n"
+        )
+    return "\n".join(parts)
