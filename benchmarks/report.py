@@ -195,4 +195,16 @@ def render(results: dict[str, Any]) -> str:
         body = (f"**Failed:** `{data['error']}`" if isinstance(data, dict) and "error" in data
                 else draw(data))
         parts.append(f"## {title}\n\n{stamp_line(section['stamp'])}\n\n{intro}\n\n{body}\n")
+    parts.append(_reliability())
     return "\n".join(parts)
+
+
+def _reliability() -> str:
+    """The reliability runs' section (issue 8), kept in their own results file."""
+    from benchmarks.reliability import results as reliability
+
+    return (
+        reliability.render_markdown(reliability.load()).rstrip()
+        + "\n\n_Reliability figures come from `python -m benchmarks.reliability all` (results in"
+        " `benchmarks/reliability/results.json`); see `benchmarks/reliability/README.md`._\n"
+    )
