@@ -35,9 +35,32 @@ async def analyze(dsn: str) -> None:
     """
     conn = await asyncpg.connect(dsn)
     try:
+        await _rebuild_ann(conn)
         await conn.execute("ANALYZE")
     finally:
         await conn.close()
+
+
+async def _rebuild_ann(conn: asyncpg.Connection) -> None:
+    """Put a bulk load into the HNSW index the way an operator would: one index build.
+
+    The service adds new vectors to its partial HNSW index in the background at a few
+    hundred per second; measuring right after a 90k-chunk load would time the exact backlog
+    scan instead of the index. Dropping the index, marking the backlog and building it again
+    is much faster than inserting row by row.
+    """
+    rows = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes "
+        "WHERE tablename = 'vectors' AND indexdef ILIKE '%USING hnsw%'"
+    )
+    if not rows:
+        return
+    for row in rows:
+        await conn.execute(f'DROP INDEX IF EXISTS "{row["indexname"]}"')
+    await conn.execute("UPDATE vectors SET ann = true WHERE state = 'ready' AND NOT ann")
+    await conn.execute("SET maintenance_work_mem = '1GB'")
+    for row in rows:
+        await conn.execute(row["indexdef"])
 
 
 def log(message: str) -> None:
