@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,12 +12,12 @@ from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
     SNIPPET_CHARS,
-    MatchedChunk,
     Mode,
     SearchHit,
     SearchPage,
     SearchPlan,
 )
+from service.store.pages import assemble_page, parse_chunks
 from service.store.postgres import lexical_sql as lx
 from service.store.postgres import search_sql as q
 from service.store.postgres.filters import filter_sql
@@ -126,12 +125,9 @@ def page_from_rows(plan: SearchPlan, rows: list[Mapping[str, Any]]) -> SearchPag
     """Hits of the page rows; the first row always carries the meta columns."""
     meta = rows[0]
     hits = [_hit(row) for row in rows if row["project_id"] is not None]
-    relaxed = bool(meta["relaxed"])
-    if plan.mode is Mode.FTS:
-        count = int(meta["total"])
-        return SearchPage(tuple(hits), count, plan.offset + len(hits) < count, relaxed, True)
-    has_more = len(hits) > plan.limit
-    return SearchPage(tuple(hits[: plan.limit]), None, has_more, relaxed, bool(meta["exact"]))
+    return assemble_page(
+        plan, hits, relaxed=bool(meta["relaxed"]), exact=bool(meta["exact"]), total=meta["total"]
+    )
 
 
 def _hit(row: Mapping[str, Any]) -> SearchHit:
@@ -152,13 +148,6 @@ def _hit(row: Mapping[str, Any]) -> SearchHit:
         fts_score=float(row["fts_score"]),
         fts_normalized=float(row["f"]),
         snippet=row["snippet"],
-        chunks=_chunks(row["chunks"]),
+        chunks=parse_chunks(row["chunks"]),
     )
 
-
-def _chunks(text: str | None) -> tuple[MatchedChunk, ...]:
-    if not text:
-        return ()
-    items = [MatchedChunk(int(i), str(t), float(s)) for i, t, s in json.loads(text)]
-    items.sort(key=lambda c: (-c.similarity, c.index))
-    return tuple(items)

@@ -14,12 +14,12 @@ from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
     SNIPPET_CHARS,
-    MatchedChunk,
     Mode,
     SearchHit,
     SearchPage,
     SearchPlan,
 )
+from service.store.pages import assemble_page, parse_chunks
 from service.store.sqlite import search_sql as q
 from service.store.sqlite.filters import filter_sql
 from service.store.sqlite.lexical_check import Fts5Checker
@@ -171,11 +171,7 @@ def page_from_rows(plan: SearchPlan, rows: list[tuple[Any, ...]]) -> SearchPage:
     """Hits of the page rows; the first row always carries the meta columns."""
     relaxed, exact, total = rows[0][0], rows[0][1], rows[0][2]
     hits = [_hit(row) for row in rows if row[3] is not None]
-    if plan.mode is Mode.FTS:
-        count = int(total)
-        return SearchPage(tuple(hits), count, plan.offset + len(hits) < count, bool(relaxed), True)
-    has_more = len(hits) > plan.limit
-    return SearchPage(tuple(hits[: plan.limit]), None, has_more, bool(relaxed), bool(exact))
+    return assemble_page(plan, hits, relaxed=bool(relaxed), exact=bool(exact), total=total)
 
 
 def _hit(row: tuple[Any, ...]) -> SearchHit:
@@ -196,13 +192,6 @@ def _hit(row: tuple[Any, ...]) -> SearchHit:
         fts_score=float(row[16]),
         fts_normalized=float(row[17]),
         snippet=row[18],
-        chunks=_chunks(row[19]),
+        chunks=parse_chunks(row[19]),
     )
 
-
-def _chunks(text: str | None) -> tuple[MatchedChunk, ...]:
-    if not text:
-        return ()
-    items = [MatchedChunk(int(i), str(t), float(s)) for i, t, s in json.loads(text)]
-    items.sort(key=lambda c: (-c.similarity, c.index))
-    return tuple(items)
