@@ -177,6 +177,13 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         authenticator, settings.max_concurrent_streams, observer, limiter
     )
     interceptors: list[grpc.aio.ServerInterceptor] = [interceptor]
+    traced = _start_tracing(settings, overrides)
+    if traced is not None:
+        from service.tracing import TracingInterceptor
+
+        # After the service interceptor, so inside it: the caller is authenticated and the
+        # tenant and request id are bound when the RPC span starts.
+        interceptors.append(TracingInterceptor())
     if replica_urls(settings):
         from service.api.replica_lsn import ReadYourWritesInterceptor
 
@@ -184,6 +191,9 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
     server = grpc.aio.server(interceptors=interceptors, options=server_options(settings))
     health_servicer = health.aio.HealthServicer()
     app = App(settings=settings, server=server, health=health_servicer)
+    if traced is not None:
+        app.components["tracing"] = traced
+        app.closers.append(traced.shutdown)  # first in, so closed last: spans of the shutdown
     if metrics is not None:
         app.components["metrics"] = metrics
         app.metrics_port = metrics.serve(settings.host, settings.metrics_port)
@@ -209,6 +219,15 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
     if app.port == 0:
         raise SettingsError(f"could not bind {settings.host}:{settings.port}")
     return app
+
+
+def _start_tracing(settings: Settings, overrides: dict[str, Any]) -> Any:
+    """The configured tracing (SEARCH_OTEL_ENABLED), or None: then nothing is installed."""
+    if not settings.otel_enabled:
+        return None
+    from service import tracing
+
+    return tracing.configure(settings, overrides.get("span_exporter"))
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:
@@ -286,6 +305,10 @@ async def _build_servicers(
         )
     )
     app.components.update(store=store, embedder=embedder, signer=signer)
+    if embedder is not None and settings.otel_enabled:
+        from service.tracing import TracedEmbedder
+
+        embedder = TracedEmbedder(embedder)
     search = ProjectSearch(store, embedder, signer, exact_scan_limit=settings.exact_scan_limit)
     indexer = Indexer(store, embedder)
     servicers: dict[str, Any] = {

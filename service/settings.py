@@ -152,6 +152,25 @@ class Settings:
     readiness_interval: float = field(
         default=5.0, metadata=_doc("Seconds between readiness probes of the database.")
     )
+    otel_enabled: bool = field(
+        default=False,
+        metadata=_doc("OpenTelemetry tracing (needs the `tracing` extra); off: no overhead."),
+    )
+    otel_exporter: str = field(
+        default="otlp",
+        metadata=_doc("otlp (OTLP/HTTP; console when its package is missing) | console | none."),
+    )
+    otel_endpoint: str = field(
+        default="",
+        metadata=_doc("OTLP/HTTP traces URL; empty: OTEL_EXPORTER_OTLP_* or localhost:4318."),
+    )
+    otel_service_name: str = field(
+        default="search-service", metadata=_doc("service.name of the exported spans.")
+    )
+    otel_sample_ratio: float = field(
+        default=1.0,
+        metadata=_doc("Share of new traces sampled, 0..1 (a caller's sampled flag wins)."),
+    )
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
@@ -197,6 +216,9 @@ class Settings:
             ("search_rate_per_tenant", self.search_rate_per_tenant >= 0),
             ("workspace_max_rounds_per_page", 0 <= self.workspace_max_rounds_per_page <= 100),
             ("workspace_timeout", self.workspace_timeout > 0),
+            ("otel_exporter", self.otel_exporter in {"otlp", "console", "none"}),
+            ("otel_service_name", bool(self.otel_service_name.strip())),
+            ("otel_sample_ratio", 0.0 <= self.otel_sample_ratio <= 1.0),
         ]
         for name, ok in checks:
             if not ok:

@@ -23,7 +23,7 @@ from service.indexing.pipeline import DocumentResult, Indexer
 from service.pb.search.v1 import index_pb2 as pb
 from service.pb.search.v1 import index_pb2_grpc as pb_grpc
 from service.ranking.tokens import TokenSigner, fingerprint
-from service.store.base import Store
+from service.store.base import Store, project_not_found
 
 _EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
 MAX_DOCS_PER_MESSAGE = 500
@@ -90,7 +90,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         tenant = request_context.current().tenant
         deleted = await self._store.delete_project(tenant, request.project_id)
         if deleted is None:
-            raise _project_not_found(request.project_id)
+            raise project_not_found(request.project_id)
         return pb.DeleteProjectResponse(documents_deleted=deleted)
 
     async def UpsertDocuments(
@@ -99,7 +99,6 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         """See the proto."""
         tenant = request_context.current().tenant
         reply = pb.UpsertDocumentsResponse()
-        owned: dict[int, bool] = {}
         index = 0
         message_number = 0
         async for message in request_iterator:
@@ -118,7 +117,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
                 reply.documents_rejected += 1
                 index += 1
                 continue
-            results = await self._upsert_message(tenant, message, index, field, owned, reply)
+            results = await self._upsert_message(tenant, message, index, field, reply)
             index += len(message.documents)
             for r in results:
                 reply.results.append(result_to_proto(r))
@@ -131,23 +130,19 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         message: pb.UpsertDocumentsRequest,
         first: int,
         field: str,
-        owned: dict[int, bool],
         reply: pb.UpsertDocumentsResponse,
     ) -> list[DocumentResult]:
         count = len(message.documents)
         reply.documents_received += count
-        problem = None
-        if len(message.documents) > MAX_DOCS_PER_MESSAGE:
-            problem = FieldViolation(
+        if count > MAX_DOCS_PER_MESSAGE:
+            too_many = FieldViolation(
                 f"{field}.documents", f"at most {MAX_DOCS_PER_MESSAGE} per message"
             )
-        elif not await self._owns(tenant, message.project_id, owned):
-            problem = FieldViolation(f"{field}.project_id", "project not found")
-        if problem is not None:
-            return [
-                DocumentResult(first + i, d.kind, d.row_id, None, problem)
-                for i, d in enumerate(message.documents)
-            ]
+            return _reject_all(message, first, too_many)
+        if not count:
+            return []
+        if message.project_id <= 0:
+            return _reject_all(message, first, _no_project(field))
         incoming: list[tuple[int, IncomingDocument]] = []
         rejected: list[DocumentResult] = []
         for i, doc in enumerate(message.documents):
@@ -160,17 +155,13 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
                     else FieldViolation(field, error.message)
                 )
                 rejected.append(DocumentResult(first + i, doc.kind, doc.row_id, None, violation))
-        report = await self._indexer.upsert(message.project_id, incoming, field)
+        try:  # the store checks the tenant in each statement; no separate ownership query
+            report = await self._indexer.upsert(tenant, message.project_id, incoming, field)
+        except NotFound:
+            return _reject_all(message, first, _no_project(field))
         reply.chunks_written += report.chunks_written
         reply.chunks_embedded += report.chunks_embedded
         return sorted([*report.results, *rejected], key=lambda r: r.index)
-
-    async def _owns(self, tenant: str, project_id: int, owned: dict[int, bool]) -> bool:
-        if project_id <= 0:
-            return False
-        if project_id not in owned:
-            owned[project_id] = bool(await self._store.get_projects(tenant, [project_id]))
-        return owned[project_id]
 
     async def DeleteDocuments(
         self, request: pb.DeleteDocumentsRequest, context: Any
@@ -182,12 +173,11 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             if not key.kind or not key.row_id:
                 raise InvalidArgument.field(f"keys[{i}]", "kind and row_id are required")
         tenant = request_context.current().tenant
-        if request.project_id <= 0 or not await self._store.get_projects(
-            tenant, [request.project_id]
-        ):
-            raise _project_not_found(request.project_id)
+        if request.project_id <= 0:
+            raise project_not_found(request.project_id)
+        # NotFound from the store when the project is not the tenant's (checked in the delete).
         deleted = await self._store.delete_documents(
-            request.project_id, [(k.kind, k.row_id) for k in request.keys]
+            tenant, request.project_id, [(k.kind, k.row_id) for k in request.keys]
         )
         return pb.DeleteDocumentsResponse(documents_deleted=deleted)
 
@@ -199,12 +189,12 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         if len(ids) > MAX_STATUS_PROJECTS:
             raise InvalidArgument.field("project_ids", f"at most {MAX_STATUS_PROJECTS} projects")
         tenant = request_context.current().tenant
-        if ids:
-            found = {p.project_id for p in await self._store.get_projects(tenant, ids)}
-            missing = [i for i in ids if i not in found]
-            if missing:
-                raise _project_not_found(missing[0])
+        # The status statements carry the tenant: another tenant's id is simply not returned.
         statuses = await self._store.index_status(tenant, ids, self._identity)
+        found = {s.project.project_id for s in statuses}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise project_not_found(missing[0])
         return pb.GetIndexStatusResponse(
             projects=[status_to_proto(s, self._identity) for s in statuses],
             configured_embedding=identity_to_proto(self._identity),
@@ -212,12 +202,17 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         )
 
 
-def _project_not_found(project_id: int) -> NotFound:
-    return NotFound(
-        f"project {project_id} not found",
-        reason="PROJECT_NOT_FOUND",
-        metadata={"projectId": str(project_id)},
-    )
+def _no_project(field: str) -> FieldViolation:
+    return FieldViolation(f"{field}.project_id", "project not found")
+
+
+def _reject_all(
+    message: pb.UpsertDocumentsRequest, first: int, problem: FieldViolation
+) -> list[DocumentResult]:
+    return [
+        DocumentResult(first + i, d.kind, d.row_id, None, problem)
+        for i, d in enumerate(message.documents)
+    ]
 
 
 def _count(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:

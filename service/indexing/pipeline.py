@@ -37,16 +37,28 @@ class BatchReport:
 
 
 class Indexer:
-    """Writes documents of one project; idempotent and atomic per document."""
+    """Writes documents of one project of one tenant; idempotent and atomic per document.
+
+    Every store call carries the tenant, which the store checks inside each statement; a
+    project that is not the tenant's raises errors.NotFound before anything is written.
+    """
 
     def __init__(self, store: Store, embedder: Embedder | None) -> None:
         self._store = store
         self._embedder = embedder
 
     async def upsert(
-        self, project_id: int, documents: Sequence[tuple[int, IncomingDocument]], field: str
+        self,
+        tenant: str,
+        project_id: int,
+        documents: Sequence[tuple[int, IncomingDocument]],
+        field: str,
     ) -> BatchReport:
-        """Validate, skip unchanged, chunk, embed what is missing, write."""
+        """Validate, skip unchanged, chunk, embed what is missing, write.
+
+        errors.NotFound when the project is not the tenant's (the hash lookup, which runs
+        even when every document is invalid, finds no project row).
+        """
         results: dict[int, DocumentResult] = {}
         valid: list[tuple[int, DocumentInput, IncomingDocument]] = []
         for position, (index, doc) in enumerate(documents):
@@ -55,7 +67,9 @@ class Indexer:
                 results[index] = DocumentResult(index, doc.kind, doc.row_id, None, problems[0])
             else:
                 valid.append((index, to_input(doc), doc))
-        stored = await self._store.document_hashes(project_id, [d.key for _, d, _ in valid])
+        stored = await self._store.document_hashes(
+            tenant, project_id, [d.key for _, d, _ in valid]
+        )
         changed = []
         for index, row, incoming in valid:
             if stored.get(row.key) == row.content_hash:
@@ -63,8 +77,10 @@ class Indexer:
             else:
                 changed.append((index, row, incoming))
         writes = [DocumentWrite(row, self._chunks(row, incoming)) for _, row, incoming in changed]
-        writes, embedded = await self._attach_vectors(project_id, writes)
-        outcomes = await self._store.write_documents(project_id, writes) if writes else []
+        writes, embedded = await self._attach_vectors(tenant, project_id, writes)
+        outcomes = (
+            await self._store.write_documents(tenant, project_id, writes) if writes else []
+        )
         for (index, row, _), outcome in zip(changed, outcomes, strict=True):
             results[index] = DocumentResult(index, row.kind, row.row_id, outcome)
         return BatchReport(
@@ -84,7 +100,7 @@ class Indexer:
         return [ChunkInput(c.index, c.text, c.source_hash) for c in chunk_markdown(source)]
 
     async def _attach_vectors(
-        self, project_id: int, writes: list[DocumentWrite]
+        self, tenant: str, project_id: int, writes: list[DocumentWrite]
     ) -> tuple[list[DocumentWrite], int]:
         """Reuse stored vectors for unchanged chunk texts; embed the rest in one call."""
         if self._embedder is None:
@@ -93,7 +109,7 @@ class Indexer:
         wanted = sorted({c.source_hash for w in writes for c in w.chunks if c.vector is None})
         if not wanted:
             return writes, 0
-        known = await self._store.ready_vectors(project_id, wanted, identity)
+        known = await self._store.ready_vectors(tenant, project_id, wanted, identity)
         texts = {
             c.source_hash: c.text
             for w in writes

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from service import errors
 from service.embeddings.base import EmbeddingIdentity
 from service.projects.lexical import LexicalQuery
 from service.timerange import TimeRange
@@ -220,6 +221,15 @@ class AccountRecord:
 StatementHook = Callable[[str], None]
 
 
+def project_not_found(project_id: int) -> errors.NotFound:
+    """The one NotFound for a project id that is missing or another tenant's (same text)."""
+    return errors.NotFound(
+        f"project {project_id} not found",
+        reason="PROJECT_NOT_FOUND",
+        metadata={"projectId": str(project_id)},
+    )
+
+
 class Store(Protocol):
     """Persistence for projects, documents, chunks, vectors and accounts."""
 
@@ -260,30 +270,53 @@ class Store(Protocol):
         """Delete a project of `tenant`; documents deleted, or None when not found."""
         ...
 
-    async def document_hashes(self, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
-        """Stored content hashes of the given documents (missing keys are absent)."""
+    async def document_hashes(
+        self, tenant: str, project_id: int, keys: Sequence[DocKey]
+    ) -> dict[DocKey, str]:
+        """Stored content hashes of the given documents (missing keys are absent).
+
+        The statement checks the tenant; errors.NotFound when the project is not the
+        tenant's (also for an empty `keys`, so callers learn ownership from this call).
+        """
         ...
 
     async def ready_vectors(
-        self, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+        self,
+        tenant: str,
+        project_id: int,
+        source_hashes: Sequence[str],
+        identity: EmbeddingIdentity,
     ) -> dict[str, list[float]]:
-        """Ready vectors of `identity` already stored in the project for these chunk texts."""
+        """Ready vectors of `identity` already stored in the project for these chunk texts.
+
+        errors.NotFound when the project is not the tenant's (checked in the statement).
+        """
         ...
 
     async def write_documents(
-        self, project_id: int, writes: Sequence[DocumentWrite]
+        self, tenant: str, project_id: int, writes: Sequence[DocumentWrite]
     ) -> list[Outcome]:
-        """Replace each document with its chunks and vectors; each document is atomic."""
+        """Replace each document with its chunks and vectors; each document is atomic.
+
+        Every statement carries the tenant; errors.NotFound (nothing written) when the
+        project is not the tenant's.
+        """
         ...
 
-    async def delete_documents(self, project_id: int, keys: Sequence[DocKey]) -> int:
-        """Delete documents; returns how many existed."""
+    async def delete_documents(self, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:
+        """Delete documents; returns how many existed.
+
+        errors.NotFound (nothing deleted) when the project is not the tenant's.
+        """
         ...
 
     async def index_status(
         self, tenant: str, project_ids: Sequence[int], identity: EmbeddingIdentity | None
     ) -> list[ProjectStatus]:
-        """Status of the tenant's projects among `project_ids` (all of them when empty)."""
+        """Status of the tenant's projects among `project_ids` (all of them when empty).
+
+        Ids the tenant does not own are simply absent (every statement carries the tenant).
+        """
         ...
 
     async def search(self, plan: SearchPlan) -> SearchPage:

@@ -181,6 +181,7 @@ class Corpus:
         self.embedder = embedder
         self.tenant = tenant
         self.statements: list[str] = []
+        self.owners: dict[int, str] = {}  # project id -> tenant, for writes
         store.add_statement_hook(self.statements.append)
 
     @property
@@ -190,7 +191,9 @@ class Corpus:
 
     async def project(self, external_id: str, tenant: str | None = None) -> ProjectRecord:
         """Create a project (of this corpus' tenant unless told otherwise)."""
-        return await self.store.create_project(tenant or self.tenant, external_id, external_id)
+        project = await self.store.create_project(tenant or self.tenant, external_id, external_id)
+        self.owners[project.project_id] = project.tenant
+        return project
 
     async def projects(self, count: int) -> list[ProjectRecord]:
         """Create `count` projects p0, p1, ..."""
@@ -199,7 +202,8 @@ class Corpus:
     async def write(self, project_id: int, docs: Iterable[Doc]) -> list[str]:
         """Write documents; returns their outcomes."""
         writes = [await self.document_write(doc) for doc in docs]
-        return [str(o) for o in await self.store.write_documents(project_id, writes)]
+        tenant = self.owners.get(project_id, self.tenant)
+        return [str(o) for o in await self.store.write_documents(tenant, project_id, writes)]
 
     async def document_write(self, doc: Doc) -> DocumentWrite:
         """The DocumentWrite of `doc` with vectors as `doc.vectors` asks."""

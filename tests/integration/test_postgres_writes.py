@@ -93,7 +93,9 @@ async def test_body_beyond_the_tsvector_limit_is_stored_but_not_indexed(pg: Corp
 async def test_deleted_documents_take_chunks_and_vectors(pg: Corpus) -> None:
     (project,) = await pg.projects(1)
     await pg.write(project.project_id, [Doc("note", str(i), f"a {i}\n\nb {i}") for i in range(4)])
-    assert await pg.store.delete_documents(project.project_id, [("note", "1"), ("note", "9")]) == 1
+    assert await pg.store.delete_documents(
+        "acme", project.project_id, [("note", "1"), ("note", "9")]
+    ) == 1
     assert await _count(pg, "SELECT count(*) FROM chunks") == 6
     assert await _count(pg, "SELECT count(*) FROM vectors") == 6
     assert await pg.store.delete_project("acme", project.project_id) == 3
@@ -151,7 +153,7 @@ async def test_write_throughput_is_reported(
     started = time.perf_counter()
     for start in range(0, len(documents), 200):
         batch = list(enumerate(documents[start : start + 200]))
-        report = await indexer.upsert(project.project_id, batch, "bench")
+        report = await indexer.upsert("acme", project.project_id, batch, "bench")
         chunks += report.chunks_written
     elapsed = time.perf_counter() - started
     store = pg.store
@@ -185,6 +187,7 @@ async def test_bad_supplied_vectors_are_invalid_arguments(
     chunk = dataclasses.replace(write.chunks[0], vector=vector)
     with pytest.raises(errors.InvalidArgument, match=problem):
         await pg.store.write_documents(
+            "acme",
             project.project_id, [dataclasses.replace(write, chunks=[chunk])]
         )
     assert await _count(pg, "SELECT count(*) FROM documents") == 0

@@ -32,18 +32,22 @@ async def test_write_is_idempotent_and_replaces_chunks(corpus: Corpus, store: St
 async def test_hashes_and_ready_vectors_for_reuse(corpus: Corpus, store: Store) -> None:
     (project,) = await corpus.projects(1)
     write = await corpus.document_write(Doc("note", "1", "alpha\n\nbeta"))
-    await store.write_documents(project.project_id, [write])
+    await store.write_documents("acme", project.project_id, [write])
 
-    hashes = await store.document_hashes(project.project_id, [("note", "1"), ("note", "2")])
+    hashes = await store.document_hashes(
+        "acme", project.project_id, [("note", "1"), ("note", "2")]
+    )
     assert hashes == {("note", "1"): write.document.content_hash}
 
     vectors = await store.ready_vectors(
+        "acme",
         project.project_id, [sha256("alpha"), sha256("beta"), sha256("gamma")], corpus.identity
     )
     assert set(vectors) == {sha256("alpha"), sha256("beta")}
     expected = (await corpus.embedder.embed(["alpha"]))[0]
     assert vectors[sha256("alpha")] == pytest.approx(expected, abs=1e-6)
     other = await corpus.store.ready_vectors(
+        "acme",
         project.project_id, [sha256("alpha")], type(corpus.identity)("other", 384)
     )
     assert other == {}
@@ -76,7 +80,7 @@ async def test_bad_vector_rejects_the_batch_atomically(corpus: Corpus, store: St
         ],
     )
     with pytest.raises(errors.ServiceError):
-        await store.write_documents(project.project_id, [good, broken])
+        await store.write_documents("acme", project.project_id, [good, broken])
     page = await corpus.search([project.project_id], Mode.FTS, "")
     assert [(h.row_id, h.snippet) for h in page.hits] == [("1", "old text")]
 
@@ -84,7 +88,7 @@ async def test_bad_vector_rejects_the_batch_atomically(corpus: Corpus, store: St
 async def test_write_to_unknown_project_is_not_found(corpus: Corpus, store: Store) -> None:
     write = await corpus.document_write(Doc("note", "1", "orphan"))
     with pytest.raises(errors.NotFound):
-        await store.write_documents(987_654, [write])
+        await store.write_documents("acme", 987_654, [write])
 
 
 async def test_delete_documents_and_project_cascade(corpus: Corpus, store: Store) -> None:
@@ -93,7 +97,8 @@ async def test_delete_documents_and_project_cascade(corpus: Corpus, store: Store
         await corpus.write(
             project.project_id, [Doc("note", str(i), f"cascade text {i}") for i in range(3)]
         )
-    assert await store.delete_documents(keep.project_id, [("note", "0"), ("note", "9")]) == 1
+    wanted = [("note", "0"), ("note", "9")]
+    assert await store.delete_documents("acme", keep.project_id, wanted) == 1
     assert await store.delete_project("acme", drop.project_id) == 3
     assert await store.delete_project("acme", drop.project_id) is None
 

@@ -37,7 +37,7 @@ async def main():
     version = 0
     while True:
         version += 1
-        await store.write_documents(project.project_id, [write(version, i) for i in range(40)])
+        await store.write_documents("t", project.project_id, [write(version, i) for i in range(40)])
 
 asyncio.run(main())
 """

@@ -109,7 +109,7 @@ async def test_plan_timeout_cancels_the_statement(tmp_path: Path) -> None:
             )
             for i in range(500)
         ]
-        await store.write_documents(project.project_id, docs)
+        await store.write_documents("t", project.project_id, docs)
         # Enough rows for the progress handler to run; a deadline already in the past.
         plan = dataclasses.replace(
             _plan(Mode.FTS, None), project_ids=(project.project_id,), tenant="t", timeout=1e-9

@@ -26,13 +26,16 @@ GET_PROJECTS = f"""
 SELECT {PROJECT_COLUMNS} FROM projects
 WHERE tenant = $1 AND project_id = ANY($2::bigint[])
 ORDER BY project_id"""  # noqa: S608 - only constant fragments are interpolated
-# The count reads the snapshot from before the delete (data-modifying CTE semantics).
+# The count reads the snapshot from before the delete (data-modifying CTE semantics), and
+# only documents of the project the tenant-checked delete removed.
 DELETE_PROJECT = """
 WITH deleted AS (
     DELETE FROM projects WHERE tenant = $1 AND project_id = $2 RETURNING project_id
 )
 SELECT EXISTS (SELECT 1 FROM deleted) AS found,
-       (SELECT count(*) FROM documents AS d WHERE d.project_id = $2) AS documents"""
+       (SELECT count(*) FROM documents AS d
+        WHERE d.project_id = $2 AND d.project_id IN (SELECT project_id FROM deleted))
+           AS documents"""
 STATUS_PROJECTS = f"""
 SELECT {PROJECT_COLUMNS},
        (SELECT count(*) FROM documents AS d WHERE d.project_id = p.project_id) AS documents,
@@ -50,7 +53,8 @@ FROM vectors AS v
 JOIN chunks AS c
   ON c.project_id = v.project_id AND c.kind = v.kind AND c.row_id = v.row_id
  AND c.chunk_index = v.chunk_index
-WHERE v.project_id = ANY($1::bigint[])
+JOIN projects AS p ON p.project_id = v.project_id AND p.tenant = $1
+WHERE v.project_id = ANY($2::bigint[])
 GROUP BY v.project_id, v.model, v.dimensions"""
 
 
@@ -106,7 +110,9 @@ async def index_status(
     if not rows:
         return []
     vectors: dict[int, dict[EmbeddingIdentity, tuple[int, int]]] = {}
-    for row in await conn.fetch(STATUS_EMBEDDINGS, [r["project_id"] for r in rows]):
+    for row in await conn.fetch(
+        STATUS_EMBEDDINGS, tenant, [r["project_id"] for r in rows]
+    ):
         found = EmbeddingIdentity(row["model"], row["dimensions"])
         vectors.setdefault(row["project_id"], {})[found] = (row["ready"], row["pending"])
     return [_status(row, vectors.get(row["project_id"], {}), identity) for row in rows]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from service import tracing
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import (
     AccountRecord,
@@ -29,6 +30,17 @@ from service.store.postgres.search import check_plan, run_search
 
 ADAPTER = "pgvector"
 PING = "SELECT 1"
+DB_SYSTEM = "postgresql"
+
+
+def _plan_attributes(plan: SearchPlan) -> dict[str, str | int]:
+    """What a retrieval span may say about its plan: no text, no vector, no filter values."""
+    return {
+        "search.mode": plan.mode.value,
+        "search.projects": len(plan.project_ids),
+        "search.limit": plan.limit,
+        "search.offset": plan.offset,
+    }
 
 
 class PostgresStore:
@@ -154,44 +166,47 @@ class PostgresStore:
             await self._note_write(conn)
             return deleted
 
-    async def document_hashes(self, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
-        """Stored content hashes of the given documents (missing keys are absent)."""
+    async def document_hashes(
+        self, tenant: str, project_id: int, keys: Sequence[DocKey]
+    ) -> dict[DocKey, str]:
+        """Stored content hashes (NotFound when the project is not the tenant's)."""
         wanted = list(keys)
-        if not wanted:
-            return {}
-        return await self._db.run(lambda conn: write_path.document_hashes(conn, project_id, wanted))
+        return await self._db.run(
+            lambda conn: write_path.document_hashes(conn, tenant, project_id, wanted)
+        )
 
     async def ready_vectors(
-        self, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+        self,
+        tenant: str,
+        project_id: int,
+        source_hashes: Sequence[str],
+        identity: EmbeddingIdentity,
     ) -> dict[str, list[float]]:
         """Ready vectors of `identity` already stored in the project for these chunk texts."""
         hashes = list(source_hashes)
-        if not hashes:
-            return {}
         return await self._db.run(
-            lambda conn: write_path.ready_vectors(conn, project_id, hashes, identity)
+            lambda conn: write_path.ready_vectors(conn, tenant, project_id, hashes, identity)
         )
 
     async def write_documents(
-        self, project_id: int, writes: Sequence[DocumentWrite]
+        self, tenant: str, project_id: int, writes: Sequence[DocumentWrite]
     ) -> list[Outcome]:
         """Replace each document with its chunks and vectors (one transaction per batch)."""
         batch = list(writes)
         if not batch:
             return []
         async with self._db.connection() as conn:
-            async with conn.raw.transaction():
-                outcomes = await write_path.write_documents(conn, project_id, batch)
+            with tracing.db_span(DB_SYSTEM, "write_documents", **{"search.documents": len(batch)}):
+                async with conn.raw.transaction():
+                    outcomes = await write_path.write_documents(conn, tenant, project_id, batch)
             await self._note_write(conn)
             return outcomes
 
-    async def delete_documents(self, project_id: int, keys: Sequence[DocKey]) -> int:
-        """Delete documents; returns how many existed."""
+    async def delete_documents(self, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:
+        """Delete documents; returns how many existed (NotFound: not the tenant's project)."""
         wanted = list(keys)
-        if not wanted:
-            return 0
         async with self._db.connection() as conn:
-            deleted = await write_path.delete_documents(conn, project_id, wanted)
+            deleted = await write_path.delete_documents(conn, tenant, project_id, wanted)
             await self._note_write(conn)
             return deleted
 
@@ -214,9 +229,10 @@ class PostgresStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         timeout = plan.timeout if plan.timeout is not None else self._search_timeout
-        if self._replicas is not None:
-            return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
-        return await self._db.run(lambda conn: run_search(conn, plan, timeout))
+        with tracing.db_span(DB_SYSTEM, "search", **_plan_attributes(plan)):
+            if self._replicas is not None:
+                return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
+            return await self._db.run(lambda conn: run_search(conn, plan, timeout))
 
     async def create_account(self, record: AccountRecord) -> None:
         """Store an account."""

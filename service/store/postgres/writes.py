@@ -17,36 +17,46 @@ from pgvector import Vector
 
 from service import errors
 from service.embeddings.base import EmbeddingIdentity
-from service.store.base import ChunkInput, DocKey, DocumentWrite, Outcome
+from service.store.base import ChunkInput, DocKey, DocumentWrite, Outcome, project_not_found
 from service.store.postgres.codecs import clean_text, lexeme_count, metadata_json, utc
 from service.store.postgres.migrations import FTS_BODY_CHARS, FTS_NGRAM_CHARS
 from service.store.postgres.pool import Conn
 
+# Every statement keyed by a project id carries the tenant and checks it itself (issue #8):
+# no separate ownership query precedes a write, and a statement that finds the project is
+# not the tenant's touches nothing; the caller then raises the same NotFound as for an id
+# that exists nowhere.
+#
 # Writers of the same document queue on this lock (keyed by a hash of the document identity)
 # so concurrent replacements never interleave their delete and insert steps. Sorted, so two
-# batches never wait for each other in opposite orders.
+# batches never wait for each other in opposite orders. The uncorrelated EXISTS is a one-time
+# gate (it keeps the sort order): no row, and no lock taken, unless the tenant owns $4.
 LOCK_DOCUMENTS = """
 SELECT pg_advisory_xact_lock(7734, s.h)
 FROM (
     SELECT DISTINCT hashtext($1::text || '/' || k.kind || '/' || k.row_id) AS h
     FROM unnest($2::text[], $3::text[]) AS k(kind, row_id)
+    WHERE EXISTS (SELECT 1 FROM projects AS p WHERE p.project_id = $4 AND p.tenant = $5)
     ORDER BY h
     OFFSET 0
 ) AS s"""
 # Chunks and vectors go with their document (ON DELETE CASCADE).
 DELETE_DOCUMENTS_RETURNING = """
 DELETE FROM documents AS d
-USING unnest($2::text[], $3::text[]) AS k(kind, row_id)
+USING unnest($2::text[], $3::text[]) AS k(kind, row_id), projects AS p
 WHERE d.project_id = $1 AND d.kind = k.kind AND d.row_id = k.row_id
+  AND p.project_id = d.project_id AND p.tenant = $4
 RETURNING d.kind, d.row_id, d.created_at"""
 INSERT_DOCUMENTS = f"""
 INSERT INTO documents (
     project_id, kind, row_id, title, path, body, category, note_type, metadata,
     created_at, updated_at, content_hash, fts, ngram_fts, doc_len, ngram_len)
-SELECT $1, t.kind, t.row_id, t.title, t.path, t.body, t.category, t.note_type, t.metadata::jsonb,
+SELECT p.project_id, t.kind, t.row_id, t.title, t.path, t.body, t.category, t.note_type,
+       t.metadata::jsonb,
        COALESCE(t.created_at, now()), COALESCE(t.updated_at, now()), t.content_hash,
        v.fts, v.ngram_fts, t.doc_len, t.ngram_len
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+FROM projects AS p
+CROSS JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
             $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[],
             $13::text[], $14::int[], $15::int[])
      AS t(kind, row_id, title, path, body, category, note_type, metadata, created_at,
@@ -56,7 +66,8 @@ CROSS JOIN LATERAL (
                        || translate(t.path, '/._-', '    ') || ' '
                        || left(t.body, {FTS_BODY_CHARS})) AS fts,
            to_tsvector('simple', left(t.ngrams, {FTS_NGRAM_CHARS})) AS ngram_fts
-) AS v"""  # noqa: S608 - only constant fragments are interpolated
+) AS v
+WHERE p.project_id = $1 AND p.tenant = $16"""  # noqa: S608 - only constant fragments are interpolated
 _PATH_WORDS = str.maketrans("/._-", "    ")
 CHUNK_COLUMNS = ("project_id", "kind", "row_id", "chunk_index", "text", "source_hash")
 VECTOR_COLUMNS = (
@@ -70,25 +81,44 @@ VECTOR_COLUMNS = (
     "state",
     "embedding",
 )
+# `owned` tells a project of another tenant (0) from documents that are not there.
 DELETE_DOCUMENTS = """
-DELETE FROM documents AS d
-USING unnest($2::text[], $3::text[]) AS k(kind, row_id)
-WHERE d.project_id = $1 AND d.kind = k.kind AND d.row_id = k.row_id"""
+WITH owner AS (
+    SELECT project_id FROM projects WHERE project_id = $1 AND tenant = $2
+), deleted AS (
+    DELETE FROM documents AS d
+    USING unnest($3::text[], $4::text[]) AS k(kind, row_id), owner AS o
+    WHERE d.project_id = o.project_id AND d.kind = k.kind AND d.row_id = k.row_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM deleted) AS deleted"""
+# One row per found document, or one all-NULL row when the tenant's project has none of
+# them; no row at all when the project is not the tenant's.
 DOCUMENT_HASHES = """
-SELECT d.kind, d.row_id, d.content_hash
-FROM documents AS d
-JOIN unnest($2::text[], $3::text[]) AS k(kind, row_id)
-  ON d.kind = k.kind AND d.row_id = k.row_id
-WHERE d.project_id = $1"""
+SELECT h.kind, h.row_id, h.content_hash
+FROM projects AS p
+LEFT JOIN LATERAL (
+    SELECT d.kind, d.row_id, d.content_hash
+    FROM documents AS d
+    JOIN unnest($3::text[], $4::text[]) AS k(kind, row_id)
+      ON d.kind = k.kind AND d.row_id = k.row_id
+    WHERE d.project_id = $1
+) AS h ON true
+WHERE p.project_id = $1 AND p.tenant = $2"""
 READY_VECTORS = """
-SELECT DISTINCT ON (v.source_hash) v.source_hash, v.embedding
-FROM vectors AS v
-JOIN chunks AS c
-  ON c.project_id = v.project_id AND c.kind = v.kind AND c.row_id = v.row_id
- AND c.chunk_index = v.chunk_index AND c.source_hash = v.source_hash
-WHERE v.project_id = $1 AND v.model = $2 AND v.dimensions = $3 AND v.state = 'ready'
-  AND v.source_hash = ANY($4::text[])
-ORDER BY v.source_hash"""
+SELECT r.source_hash, r.embedding
+FROM projects AS p
+LEFT JOIN LATERAL (
+    SELECT DISTINCT ON (v.source_hash) v.source_hash, v.embedding
+    FROM vectors AS v
+    JOIN chunks AS c
+      ON c.project_id = v.project_id AND c.kind = v.kind AND c.row_id = v.row_id
+     AND c.chunk_index = v.chunk_index AND c.source_hash = v.source_hash
+    WHERE v.project_id = $1 AND v.model = $3 AND v.dimensions = $4 AND v.state = 'ready'
+      AND v.source_hash = ANY($5::text[])
+    ORDER BY v.source_hash
+) AS r ON true
+WHERE p.project_id = $1 AND p.tenant = $2"""
 
 
 @dataclass
@@ -193,16 +223,23 @@ def _outcomes(writes: Sequence[DocumentWrite], existed: set[DocKey]) -> list[Out
 
 
 async def write_documents(
-    conn: Conn, project_id: int, writes: Sequence[DocumentWrite]
+    conn: Conn, tenant: str, project_id: int, writes: Sequence[DocumentWrite]
 ) -> list[Outcome]:
-    """Replace each document (row, chunks, vectors); call inside a transaction."""
+    """Replace each document (row, chunks, vectors); call inside a transaction.
+
+    The lock, delete and insert statements each check the tenant; chunks and vectors are
+    copied only under documents the tenant-checked insert has just written (their foreign
+    keys point at those rows, in this transaction).
+    """
     if not writes:
         return []
     batch = _batch(project_id, writes)
     kinds = [key[0] for key in batch.keys]
     row_ids = [key[1] for key in batch.keys]
-    await conn.execute(LOCK_DOCUMENTS, str(project_id), kinds, row_ids)
-    old = await conn.fetch(DELETE_DOCUMENTS_RETURNING, project_id, kinds, row_ids)
+    locked = await conn.fetch(LOCK_DOCUMENTS, str(project_id), kinds, row_ids, project_id, tenant)
+    if not locked:
+        raise project_not_found(project_id)
+    old = await conn.fetch(DELETE_DOCUMENTS_RETURNING, project_id, kinds, row_ids, tenant)
     created_before: dict[DocKey, datetime] = {
         (r["kind"], r["row_id"]): r["created_at"] for r in old
     }
@@ -211,11 +248,11 @@ async def write_documents(
         if created_column[position] is None and key in created_before:
             created_column[position] = created_before[key]
     try:
-        await conn.execute(INSERT_DOCUMENTS, project_id, *batch.columns)
+        status = await conn.execute(INSERT_DOCUMENTS, project_id, *batch.columns, tenant)
     except asyncpg.ForeignKeyViolationError as exc:
-        raise errors.NotFound(
-            f"project {project_id} not found", metadata={"projectId": str(project_id)}
-        ) from exc
+        raise project_not_found(project_id) from exc
+    if _count(status) != len(batch.keys):  # the project changed hands or went away meanwhile
+        raise project_not_found(project_id)
     if batch.chunks:
         await conn.copy_records("chunks", CHUNK_COLUMNS, batch.chunks)
     if batch.vectors:
@@ -223,32 +260,54 @@ async def write_documents(
     return _outcomes(writes, set(created_before))
 
 
-async def delete_documents(conn: Conn, project_id: int, keys: Sequence[DocKey]) -> int:
-    """Delete documents with their chunks and vectors; returns how many existed."""
-    if not keys:
-        return 0
-    unique = list(dict.fromkeys(keys))
-    status = await conn.execute(
-        DELETE_DOCUMENTS, project_id, [k[0] for k in unique], [k[1] for k in unique]
-    )
+def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-async def document_hashes(conn: Conn, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
-    """Stored content hashes of the given documents."""
-    if not keys:
-        return {}
-    rows = await conn.fetch(DOCUMENT_HASHES, project_id, [k[0] for k in keys], [k[1] for k in keys])
-    return {(r["kind"], r["row_id"]): r["content_hash"] for r in rows}
+async def delete_documents(conn: Conn, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:
+    """Delete documents with their chunks and vectors; returns how many existed.
+
+    NotFound when the project is not the tenant's (the same statement decides).
+    """
+    unique = list(dict.fromkeys(keys))
+    row = await conn.fetchrow(
+        DELETE_DOCUMENTS, project_id, tenant, [k[0] for k in unique], [k[1] for k in unique]
+    )
+    if not row["owned"]:
+        raise project_not_found(project_id)
+    return int(row["deleted"])
+
+
+async def document_hashes(
+    conn: Conn, tenant: str, project_id: int, keys: Sequence[DocKey]
+) -> dict[DocKey, str]:
+    """Stored content hashes of the given documents; NotFound for another tenant's project."""
+    rows = await conn.fetch(
+        DOCUMENT_HASHES, project_id, tenant, [k[0] for k in keys], [k[1] for k in keys]
+    )
+    if not rows:
+        raise project_not_found(project_id)
+    return {(r["kind"], r["row_id"]): r["content_hash"] for r in rows if r["kind"] is not None}
 
 
 async def ready_vectors(
-    conn: Conn, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+    conn: Conn,
+    tenant: str,
+    project_id: int,
+    source_hashes: Sequence[str],
+    identity: EmbeddingIdentity,
 ) -> dict[str, list[float]]:
     """Ready, current vectors of `identity` in the project, by chunk source hash."""
-    if not source_hashes:
-        return {}
     rows = await conn.fetch(
-        READY_VECTORS, project_id, identity.model, identity.dimensions, list(set(source_hashes))
+        READY_VECTORS,
+        project_id,
+        tenant,
+        identity.model,
+        identity.dimensions,
+        list(set(source_hashes)),
     )
-    return {r["source_hash"]: r["embedding"].to_list() for r in rows}
+    if not rows:
+        raise project_not_found(project_id)
+    return {
+        r["source_hash"]: r["embedding"].to_list() for r in rows if r["source_hash"] is not None
+    }

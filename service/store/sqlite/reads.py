@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import cast
 
 import apsw
 
 from service.embeddings.base import EmbeddingIdentity
-from service.store.base import DocKey, EmbeddingCounts, ProjectRecord, ProjectStatus
+from service.store.base import (
+    DocKey,
+    EmbeddingCounts,
+    ProjectRecord,
+    ProjectStatus,
+    project_not_found,
+)
 from service.store.sqlite.values import blob_vector, from_micros
 
 LIST_PROJECTS = """
@@ -23,32 +30,48 @@ ALL_PROJECTS = """
 SELECT project_id, tenant, external_id, name, created_at FROM projects
 WHERE tenant = ? ORDER BY project_id
 """
+# Each statement keyed by a project id carries the tenant (issue #8). The two lookups of
+# the write path start from the tenant's project row: no row at all means the project is not
+# the tenant's, one all-NULL row that the tenant's project has none of the keys.
 DOCUMENT_HASHES = """
-SELECT d.kind, d.row_id, d.content_hash
-FROM json_each(?) AS k
-JOIN documents AS d
-  ON d.project_id = ? AND d.kind = k.value ->> 0 AND d.row_id = k.value ->> 1
+SELECT h.kind, h.row_id, h.content_hash
+FROM projects AS p
+LEFT JOIN (
+    SELECT d.project_id, d.kind, d.row_id, d.content_hash
+    FROM json_each(:keys) AS k
+    JOIN documents AS d
+      ON d.project_id = :project_id AND d.kind = k.value ->> 0 AND d.row_id = k.value ->> 1
+) AS h ON h.project_id = p.project_id
+WHERE p.project_id = :project_id AND p.tenant = :tenant
 """
 READY_VECTORS = """
-SELECT c.source_hash, v.embedding
-FROM chunks AS c JOIN vectors AS v ON v.chunk_id = c.id
-WHERE c.project_id = :project_id
-  AND c.source_hash IN (SELECT value FROM json_each(:hashes))
-  AND v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
-  AND v.source_hash = c.source_hash
+SELECT r.source_hash, r.embedding
+FROM projects AS p
+LEFT JOIN (
+    SELECT c.project_id, c.source_hash, v.embedding
+    FROM chunks AS c JOIN vectors AS v ON v.chunk_id = c.id
+    WHERE c.project_id = :project_id
+      AND c.source_hash IN (SELECT value FROM json_each(:hashes))
+      AND v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
+      AND v.source_hash = c.source_hash
+) AS r ON r.project_id = p.project_id
+WHERE p.project_id = :project_id AND p.tenant = :tenant
 """
 DOCUMENT_AND_CHUNK_COUNTS = """
-SELECT p.value,
-       (SELECT COUNT(*) FROM documents AS d WHERE d.project_id = p.value),
-       (SELECT COUNT(*) FROM chunks AS c WHERE c.project_id = p.value)
-FROM json_each(?) AS p
+SELECT p.project_id,
+       (SELECT COUNT(*) FROM documents AS d WHERE d.project_id = p.project_id),
+       (SELECT COUNT(*) FROM chunks AS c WHERE c.project_id = p.project_id)
+FROM projects AS p
+WHERE p.tenant = ? AND p.project_id IN (SELECT value FROM json_each(?))
 """
 # Ready = the statement search uses: state ready and the vector's source hash is the chunk's.
 VECTOR_COUNTS = """
 SELECT v.project_id, v.model, v.dimensions,
        SUM(v.state = 'ready' AND v.source_hash = c.source_hash),
        SUM(NOT (v.state = 'ready' AND v.source_hash = c.source_hash))
-FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id
+FROM vectors AS v
+JOIN chunks AS c ON c.id = v.chunk_id
+JOIN projects AS p ON p.project_id = v.project_id AND p.tenant = ?
 WHERE v.project_id IN (SELECT value FROM json_each(?))
 GROUP BY v.project_id, v.model, v.dimensions
 """
@@ -75,24 +98,40 @@ def get_projects(conn: apsw.Connection, tenant: str, ids: Sequence[int]) -> list
 
 
 def document_hashes(
-    conn: apsw.Connection, project_id: int, keys: Sequence[DocKey]
+    conn: apsw.Connection, tenant: str, project_id: int, keys: Sequence[DocKey]
 ) -> dict[DocKey, str]:
-    """Stored content hashes of the given documents."""
-    rows = conn.execute(DOCUMENT_HASHES, (json.dumps([list(k) for k in keys]), project_id))
-    return {(kind, row_id): content_hash for kind, row_id, content_hash in rows}
+    """Stored content hashes of the given documents; NotFound for another tenant's project."""
+    bindings = {
+        "keys": json.dumps([list(k) for k in keys]),
+        "project_id": project_id,
+        "tenant": tenant,
+    }
+    found = conn.execute(DOCUMENT_HASHES, bindings).fetchall()
+    rows = cast(list[tuple[str | None, str, str]], found)
+    if not rows:
+        raise project_not_found(project_id)
+    return {(kind, row_id): digest for kind, row_id, digest in rows if kind is not None}
 
 
 def ready_vectors(
-    conn: apsw.Connection, project_id: int, hashes: Sequence[str], identity: EmbeddingIdentity
+    conn: apsw.Connection,
+    tenant: str,
+    project_id: int,
+    hashes: Sequence[str],
+    identity: EmbeddingIdentity,
 ) -> dict[str, list[float]]:
-    """Ready, current vectors of `identity` for these chunk texts."""
+    """Ready, current vectors of `identity` for these chunk texts (NotFound: not owned)."""
     bindings = {
         "project_id": project_id,
+        "tenant": tenant,
         "hashes": json.dumps(list(hashes)),
         "model": identity.model,
         "dimensions": identity.dimensions,
     }
-    return {h: blob_vector(blob) for h, blob in conn.execute(READY_VECTORS, bindings)}
+    rows = cast(list[tuple[str | None, bytes]], conn.execute(READY_VECTORS, bindings).fetchall())
+    if not rows:
+        raise project_not_found(project_id)
+    return {h: blob_vector(blob) for h, blob in rows if h is not None}
 
 
 def index_status(
@@ -108,10 +147,12 @@ def index_status(
         projects = [project_record(r) for r in conn.execute(ALL_PROJECTS, (tenant,))]
     ids = json.dumps([p.project_id for p in projects])
     counts = {
-        pid: (docs, chunks) for pid, docs, chunks in conn.execute(DOCUMENT_AND_CHUNK_COUNTS, (ids,))
+        pid: (docs, chunks) for pid, docs, chunks in conn.execute(
+            DOCUMENT_AND_CHUNK_COUNTS, (tenant, ids)
+        )
     }
     vectors: dict[int, dict[EmbeddingIdentity, tuple[int, int]]] = {}
-    for pid, model, dims, ready, pending in conn.execute(VECTOR_COUNTS, (ids,)):
+    for pid, model, dims, ready, pending in conn.execute(VECTOR_COUNTS, (tenant, ids)):
         vectors.setdefault(pid, {})[EmbeddingIdentity(model, dims)] = (ready, pending)
     return [
         _status(p, *counts.get(p.project_id, (0, 0)), vectors.get(p.project_id, {}), identity)

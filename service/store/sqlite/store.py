@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+from service import tracing
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import (
     AccountRecord,
@@ -29,6 +30,17 @@ from service.store.sqlite.search import check_plan, run_search
 
 DEFAULT_READERS = 4
 ADAPTER = "sqlite-vec"
+DB_SYSTEM = "sqlite"
+
+
+def _plan_attributes(plan: SearchPlan) -> dict[str, str | int]:
+    """What a retrieval span may say about its plan: no text, no vector, no filter values."""
+    return {
+        "search.mode": plan.mode.value,
+        "search.projects": len(plan.project_ids),
+        "search.limit": plan.limit,
+        "search.offset": plan.offset,
+    }
 
 
 class SqliteStore:
@@ -116,40 +128,45 @@ class SqliteStore:
             lambda conn: write_path.delete_project(conn, tenant, project_id, index)
         )
 
-    async def document_hashes(self, project_id: int, keys: Sequence[DocKey]) -> dict[DocKey, str]:
-        """Stored content hashes of the given documents (missing keys are absent)."""
+    async def document_hashes(
+        self, tenant: str, project_id: int, keys: Sequence[DocKey]
+    ) -> dict[DocKey, str]:
+        """Stored content hashes (NotFound when the project is not the tenant's)."""
         wanted = list(keys)
-        if not wanted:
-            return {}
-        return await self._readers.run(lambda conn: reads.document_hashes(conn, project_id, wanted))
+        return await self._readers.run(
+            lambda conn: reads.document_hashes(conn, tenant, project_id, wanted)
+        )
 
     async def ready_vectors(
-        self, project_id: int, source_hashes: Sequence[str], identity: EmbeddingIdentity
+        self,
+        tenant: str,
+        project_id: int,
+        source_hashes: Sequence[str],
+        identity: EmbeddingIdentity,
     ) -> dict[str, list[float]]:
         """Ready vectors of `identity` already stored in the project for these chunk texts."""
         hashes = list(source_hashes)
-        if not hashes:
-            return {}
         return await self._readers.run(
-            lambda conn: reads.ready_vectors(conn, project_id, hashes, identity)
+            lambda conn: reads.ready_vectors(conn, tenant, project_id, hashes, identity)
         )
 
     async def write_documents(
-        self, project_id: int, writes: Sequence[DocumentWrite]
+        self, tenant: str, project_id: int, writes: Sequence[DocumentWrite]
     ) -> list[Outcome]:
         """Replace each document with its chunks and vectors (one transaction)."""
         batch, index = list(writes), self._index
         if not batch:
             return []
-        return await self._writer.run(
-            lambda conn: write_path.write_documents(conn, project_id, batch, index)
-        )
+        with tracing.db_span(DB_SYSTEM, "write_documents", **{"search.documents": len(batch)}):
+            return await self._writer.run(
+                lambda conn: write_path.write_documents(conn, tenant, project_id, batch, index)
+            )
 
-    async def delete_documents(self, project_id: int, keys: Sequence[DocKey]) -> int:
-        """Delete documents; returns how many existed."""
+    async def delete_documents(self, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:
+        """Delete documents; returns how many existed (NotFound: not the tenant's project)."""
         wanted, index = list(keys), self._index
         return await self._writer.run(
-            lambda conn: write_path.delete_documents(conn, project_id, wanted, index)
+            lambda conn: write_path.delete_documents(conn, tenant, project_id, wanted, index)
         )
 
     async def index_status(
@@ -167,7 +184,8 @@ class SqliteStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         index, checker = self._index, self._checker
-        return await self._readers.run(lambda conn: run_search(conn, plan, index, checker))
+        with tracing.db_span(DB_SYSTEM, "search", **_plan_attributes(plan)):
+            return await self._readers.run(lambda conn: run_search(conn, plan, index, checker))
 
     async def create_account(self, record: AccountRecord) -> None:
         """Store an account."""

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
 from service import errors
 from service.embeddings.base import EmbeddingIdentity
-from service.store.base import ChunkInput, DocKey, DocumentWrite, Outcome, ProjectRecord
+from service.store.base import (
+    ChunkInput,
+    DocKey,
+    DocumentWrite,
+    Outcome,
+    ProjectRecord,
+    project_not_found,
+)
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import (
     dump_json,
@@ -20,59 +29,91 @@ from service.store.sqlite.values import (
 INSERT_PROJECT = """
 INSERT INTO projects (tenant, external_id, name, created_at) VALUES (?, ?, ?, ?)
 """
-SELECT_OWNED_PROJECT = "SELECT 1 FROM projects WHERE project_id = ? AND tenant = ?"
-SELECT_PROJECT_EXISTS = "SELECT 1 FROM projects WHERE project_id = ?"
-PROJECT_DOCUMENTS = "SELECT id FROM documents WHERE project_id = ?"
-DELETE_PROJECT_VEC = """
-DELETE FROM vec_chunks WHERE chunk_id IN (SELECT id FROM chunks WHERE project_id = ?)
+# Every statement keyed by a project id carries the tenant and checks it itself (issue #8):
+# there is no separate ownership query, and a statement that finds the project is not the
+# tenant's touches nothing (the caller then raises the NotFound of an id that exists nowhere).
+OWNED = "EXISTS (SELECT 1 FROM projects WHERE project_id = :project_id AND tenant = :tenant)"
+SELECT_OWNED = "SELECT 1 FROM projects WHERE project_id = :project_id AND tenant = :tenant"
+# No row: not the tenant's project. Otherwise the project's document count.
+OWNED_PROJECT_DOCUMENTS = """
+SELECT count(d.id) FROM projects AS p
+LEFT JOIN documents AS d ON d.project_id = p.project_id
+WHERE p.project_id = :project_id AND p.tenant = :tenant
+GROUP BY p.project_id
 """
-DELETE_PROJECT_FTS = """
-DELETE FROM docs_fts WHERE rowid IN (SELECT id FROM documents WHERE project_id = ?)
-"""
+DELETE_PROJECT_VEC = f"""
+DELETE FROM vec_chunks
+WHERE chunk_id IN (SELECT id FROM chunks WHERE project_id = :project_id) AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+DELETE_PROJECT_FTS = f"""
+DELETE FROM docs_fts
+WHERE rowid IN (SELECT id FROM documents WHERE project_id = :project_id) AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+# The projects row goes last, so the guard of the statements before it still holds.
 DELETE_PROJECT_ROWS = (
-    "DELETE FROM vectors WHERE project_id = ?",
-    "DELETE FROM chunks WHERE project_id = ?",
-    "DELETE FROM documents WHERE project_id = ?",
-    "DELETE FROM projects WHERE project_id = ?",
+    f"DELETE FROM vectors WHERE project_id = :project_id AND {OWNED}",  # noqa: S608
+    f"DELETE FROM chunks WHERE project_id = :project_id AND {OWNED}",  # noqa: S608
+    f"DELETE FROM documents WHERE project_id = :project_id AND {OWNED}",  # noqa: S608
+    "DELETE FROM projects WHERE project_id = :project_id AND tenant = :tenant",
 )
 
+# No row: not the tenant's project; (NULL, NULL): the document is not there.
 SELECT_DOCUMENT = """
-SELECT id, created_at FROM documents WHERE project_id = ? AND kind = ? AND row_id = ?
+SELECT d.id, d.created_at FROM projects AS p
+LEFT JOIN documents AS d
+  ON d.project_id = p.project_id AND d.kind = :kind AND d.row_id = :row_id
+WHERE p.project_id = :project_id AND p.tenant = :tenant
 """
 INSERT_DOCUMENT = """
 INSERT INTO documents (
     project_id, kind, row_id, title, path, body, category, note_type, note_type_key,
     metadata, created_at, updated_at, content_hash
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+)
+SELECT p.project_id, :kind, :row_id, :title, :path, :body, :category, :note_type,
+       :note_type_key, :metadata, :created_at, :updated_at, :content_hash
+FROM projects AS p WHERE p.project_id = :project_id AND p.tenant = :tenant
 """
-UPDATE_DOCUMENT = """
-UPDATE documents SET title = ?, path = ?, body = ?, category = ?, note_type = ?,
-    note_type_key = ?, metadata = ?, created_at = ?, updated_at = ?, content_hash = ?
-WHERE id = ?
-"""
-DELETE_DOCUMENT = "DELETE FROM documents WHERE id = ?"
-DELETE_DOCUMENT_VEC = """
+UPDATE_DOCUMENT = f"""
+UPDATE documents SET title = :title, path = :path, body = :body, category = :category,
+    note_type = :note_type, note_type_key = :note_type_key, metadata = :metadata,
+    created_at = :created_at, updated_at = :updated_at, content_hash = :content_hash
+WHERE id = :doc_id AND project_id = :project_id AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+DELETE_DOCUMENT = f"""
+DELETE FROM documents WHERE id = :doc_id AND project_id = :project_id AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+DELETE_DOCUMENT_VEC = f"""
 DELETE FROM vec_chunks WHERE chunk_id IN (
-    SELECT id FROM chunks WHERE project_id = ? AND document_id = ?
-)
-"""
-DELETE_DOCUMENT_VECTORS = """
+    SELECT id FROM chunks WHERE project_id = :project_id AND document_id = :doc_id
+) AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+DELETE_DOCUMENT_VECTORS = f"""
 DELETE FROM vectors WHERE chunk_id IN (
-    SELECT id FROM chunks WHERE project_id = ? AND document_id = ?
-)
+    SELECT id FROM chunks WHERE project_id = :project_id AND document_id = :doc_id
+) AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+DELETE_DOCUMENT_CHUNKS = f"""
+DELETE FROM chunks WHERE project_id = :project_id AND document_id = :doc_id AND {OWNED}
+"""  # noqa: S608 - only constant fragments are interpolated
+DELETE_DOCUMENT_FTS = f"DELETE FROM docs_fts WHERE rowid = :doc_id AND {OWNED}"  # noqa: S608
+INSERT_FTS = f"""
+INSERT INTO docs_fts (rowid, content, ngrams) SELECT :doc_id, :content, :ngrams WHERE {OWNED}
 """
-DELETE_DOCUMENT_CHUNKS = "DELETE FROM chunks WHERE project_id = ? AND document_id = ?"
-DELETE_DOCUMENT_FTS = "DELETE FROM docs_fts WHERE rowid = ?"
-INSERT_FTS = "INSERT INTO docs_fts (rowid, content, ngrams) VALUES (?, ?, ?)"
-INSERT_CHUNK = """
+INSERT_CHUNK = f"""
 INSERT INTO chunks (project_id, document_id, chunk_index, text, source_hash)
-VALUES (?, ?, ?, ?, ?)
+SELECT :project_id, :doc_id, :chunk_index, :text, :source_hash WHERE {OWNED}
 """
-INSERT_VECTOR = """
+INSERT_VECTOR = f"""
 INSERT INTO vectors (chunk_id, project_id, model, dimensions, source_hash, state, embedding)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+SELECT :chunk_id, :project_id, :model, :dimensions, :source_hash, :state, :embedding
+WHERE {OWNED}
 """
-INSERT_VEC = "INSERT INTO vec_chunks (chunk_id, project_id, embedding) VALUES (?, ?, ?)"
+INSERT_VEC = f"""
+INSERT INTO vec_chunks (chunk_id, project_id, embedding)
+SELECT :chunk_id, :project_id, :embedding WHERE {OWNED}
+"""
+
+Owner = dict[str, Any]  # the :project_id and :tenant bindings every guarded statement takes
 
 
 def create_project(
@@ -97,45 +138,75 @@ def delete_project(
     conn: apsw.Connection, tenant: str, project_id: int, index: VectorIndex
 ) -> int | None:
     """Delete a tenant's project and everything in it; None when it is not the tenant's."""
+    owner: Owner = {"project_id": project_id, "tenant": tenant}
     with immediate(conn):
-        if conn.execute(SELECT_OWNED_PROJECT, (project_id, tenant)).fetchone() is None:
+        row = conn.execute(OWNED_PROJECT_DOCUMENTS, owner).fetchone()
+        if row is None:
             return None
-        count = len(conn.execute(PROJECT_DOCUMENTS, (project_id,)).fetchall())
         if index.usable:
-            conn.execute(DELETE_PROJECT_VEC, (project_id,))
-        conn.execute(DELETE_PROJECT_FTS, (project_id,))
+            conn.execute(DELETE_PROJECT_VEC, owner)
+        conn.execute(DELETE_PROJECT_FTS, owner)
         for statement in DELETE_PROJECT_ROWS:
-            conn.execute(statement, (project_id,))
-    return count
+            conn.execute(statement, owner)
+    return int(row[0])
 
 
 def write_documents(
-    conn: apsw.Connection, project_id: int, writes: list[DocumentWrite], index: VectorIndex
+    conn: apsw.Connection,
+    tenant: str,
+    project_id: int,
+    writes: list[DocumentWrite],
+    index: VectorIndex,
 ) -> list[Outcome]:
-    """Replace each document with its chunks and vectors, all in one transaction."""
+    """Replace each document with its chunks and vectors, all in one transaction.
+
+    NotFound (the transaction rolls back, nothing written) when the project is not the
+    tenant's: the first document's lookup already finds no project row.
+    """
     for write in writes:
         _check_vectors(write)
     now = now_micros()
+    owner: Owner = {"project_id": project_id, "tenant": tenant}
     with immediate(conn):
-        if conn.execute(SELECT_PROJECT_EXISTS, (project_id,)).fetchone() is None:
-            raise errors.NotFound(f"project {project_id} not found", reason="PROJECT_NOT_FOUND")
-        return [_write_one(conn, project_id, write, index, now) for write in writes]
+        return [_write_one(conn, owner, write, index, now) for write in writes]
 
 
 def delete_documents(
-    conn: apsw.Connection, project_id: int, keys: list[DocKey], index: VectorIndex
+    conn: apsw.Connection, tenant: str, project_id: int, keys: list[DocKey], index: VectorIndex
 ) -> int:
-    """Delete documents with their chunks and vectors; returns how many existed."""
+    """Delete documents with their chunks and vectors; returns how many existed.
+
+    NotFound when the project is not the tenant's (also for an empty key list).
+    """
+    owner: Owner = {"project_id": project_id, "tenant": tenant}
     deleted = 0
-    with immediate(conn):
+    with immediate(conn):  # the first document's lookup checks the tenant
+        if not keys and conn.execute(SELECT_OWNED, owner).fetchone() is None:
+            raise project_not_found(project_id)
         for kind, row_id in dict.fromkeys(keys):
-            row = conn.execute(SELECT_DOCUMENT, (project_id, kind, row_id)).fetchone()
-            if row is None:
+            doc_id, _ = _find(conn, owner, kind, row_id)
+            if doc_id is None:
                 continue
-            _delete_parts(conn, project_id, row[0], index)
-            conn.execute(DELETE_DOCUMENT, (row[0],))
+            _delete_parts(conn, owner, doc_id, index)
+            conn.execute(DELETE_DOCUMENT, {**owner, "doc_id": doc_id})
             deleted += 1
     return deleted
+
+
+def _find(conn: apsw.Connection, owner: Owner, kind: str, row_id: str) -> tuple[int | None, int]:
+    """The document's id and creation time ((None, 0) when absent); NotFound: not owned."""
+    row = conn.execute(SELECT_DOCUMENT, {**owner, "kind": kind, "row_id": row_id}).fetchone()
+    if row is None:
+        raise project_not_found(int(owner["project_id"]))
+    return row[0], row[1] or 0
+
+
+def _insert(conn: apsw.Connection, sql: str, bindings: Owner) -> int:
+    """Run a guarded insert; its rowid. NotFound when the guard let nothing through."""
+    conn.execute(sql, bindings)
+    if conn.changes() != 1:
+        raise project_not_found(int(bindings["project_id"]))
+    return conn.last_insert_rowid()
 
 
 def _check_vectors(write: DocumentWrite) -> None:
@@ -153,60 +224,76 @@ def _check_vectors(write: DocumentWrite) -> None:
             )
 
 
-def _delete_parts(conn: apsw.Connection, project_id: int, doc_id: int, index: VectorIndex) -> None:
+def _delete_parts(conn: apsw.Connection, owner: Owner, doc_id: int, index: VectorIndex) -> None:
+    bindings = {**owner, "doc_id": doc_id}
     if index.usable:
-        conn.execute(DELETE_DOCUMENT_VEC, (project_id, doc_id))
-    conn.execute(DELETE_DOCUMENT_VECTORS, (project_id, doc_id))
-    conn.execute(DELETE_DOCUMENT_CHUNKS, (project_id, doc_id))
-    conn.execute(DELETE_DOCUMENT_FTS, (doc_id,))
+        conn.execute(DELETE_DOCUMENT_VEC, bindings)
+    conn.execute(DELETE_DOCUMENT_VECTORS, bindings)
+    conn.execute(DELETE_DOCUMENT_CHUNKS, bindings)
+    conn.execute(DELETE_DOCUMENT_FTS, bindings)
 
 
 def _write_one(
-    conn: apsw.Connection, project_id: int, write: DocumentWrite, index: VectorIndex, now: int
+    conn: apsw.Connection, owner: Owner, write: DocumentWrite, index: VectorIndex, now: int
 ) -> Outcome:
     doc = write.document
-    row = conn.execute(SELECT_DOCUMENT, (project_id, doc.kind, doc.row_id)).fetchone()
-    updated = to_micros(doc.updated_at) if doc.updated_at else now
-    fields = (
-        doc.title,
-        doc.path,
-        doc.body,
-        doc.category,
-        doc.note_type,
-        doc.note_type.lower(),
-        dump_json(dict(doc.metadata)),
-    )
-    if row is None:
+    doc_id, stored_created = _find(conn, owner, doc.kind, doc.row_id)
+    fields: Owner = {
+        **owner,
+        "title": doc.title,
+        "path": doc.path,
+        "body": doc.body,
+        "category": doc.category,
+        "note_type": doc.note_type,
+        "note_type_key": doc.note_type.lower(),
+        "metadata": dump_json(dict(doc.metadata)),
+        "updated_at": to_micros(doc.updated_at) if doc.updated_at else now,
+        "content_hash": doc.content_hash,
+    }
+    if doc_id is None:
         created = to_micros(doc.created_at) if doc.created_at else now
-        conn.execute(
-            INSERT_DOCUMENT,
-            (project_id, doc.kind, doc.row_id, *fields, created, updated, doc.content_hash),
-        )
-        doc_id, outcome = conn.last_insert_rowid(), Outcome.CREATED
+        bindings = {**fields, "kind": doc.kind, "row_id": doc.row_id, "created_at": created}
+        doc_id, outcome = _insert(conn, INSERT_DOCUMENT, bindings), Outcome.CREATED
     else:
-        doc_id, outcome = row[0], Outcome.UPDATED
+        outcome = Outcome.UPDATED
         # A re-sent document without a creation time keeps the one it was created with.
-        created = to_micros(doc.created_at) if doc.created_at else row[1]
-        _delete_parts(conn, project_id, doc_id, index)
-        conn.execute(UPDATE_DOCUMENT, (*fields, created, updated, doc.content_hash, doc_id))
-    conn.execute(INSERT_FTS, (doc_id, f"{doc.title}\n{doc.path}\n{doc.body}", doc.ngrams))
+        created = to_micros(doc.created_at) if doc.created_at else stored_created
+        _delete_parts(conn, owner, doc_id, index)
+        _insert(conn, UPDATE_DOCUMENT, {**fields, "created_at": created, "doc_id": doc_id})
+    content = f"{doc.title}\n{doc.path}\n{doc.body}"
+    conn.execute(INSERT_FTS, {**owner, "doc_id": doc_id, "content": content, "ngrams": doc.ngrams})
     for chunk in write.chunks:
-        conn.execute(INSERT_CHUNK, (project_id, doc_id, chunk.index, chunk.text, chunk.source_hash))
-        _write_vector(conn, project_id, conn.last_insert_rowid(), chunk, index)
+        chunk_id = _insert(
+            conn,
+            INSERT_CHUNK,
+            {
+                **owner,
+                "doc_id": doc_id,
+                "chunk_index": chunk.index,
+                "text": chunk.text,
+                "source_hash": chunk.source_hash,
+            },
+        )
+        _write_vector(conn, owner, chunk_id, chunk, index)
     return outcome
 
 
 def _write_vector(
-    conn: apsw.Connection, project_id: int, chunk_id: int, chunk: ChunkInput, index: VectorIndex
+    conn: apsw.Connection, owner: Owner, chunk_id: int, chunk: ChunkInput, index: VectorIndex
 ) -> None:
     identity: EmbeddingIdentity | None = chunk.identity
     if identity is None:
         return  # no vector and no identity: the chunk simply needs embedding
     blob = vector_blob(chunk.vector) if chunk.vector is not None else None
-    state = "ready" if blob is not None else "pending"
-    conn.execute(
-        INSERT_VECTOR,
-        (chunk_id, project_id, identity.model, identity.dimensions, chunk.source_hash, state, blob),
-    )
+    bindings: Owner = {
+        **owner,
+        "chunk_id": chunk_id,
+        "model": identity.model,
+        "dimensions": identity.dimensions,
+        "source_hash": chunk.source_hash,
+        "state": "ready" if blob is not None else "pending",
+        "embedding": blob,
+    }
+    _insert(conn, INSERT_VECTOR, bindings)
     if blob is not None and index.usable and identity == index.identity:
-        conn.execute(INSERT_VEC, (chunk_id, project_id, blob))
+        conn.execute(INSERT_VEC, bindings)
