@@ -70,6 +70,7 @@ class Ledger:
     sent: dict[int, set[int]] = field(default_factory=dict)
     calls_acked: int = 0
     ends: list[grpc.StatusCode] = field(default_factory=list)  # how each writer stopped
+    end_details: list[str] = field(default_factory=list)  # their messages, for a failure
 
 
 async def _upsert(
@@ -101,6 +102,7 @@ async def _writer(
                 reply = await _upsert(stub, pid, rows, version)
             except grpc.aio.AioRpcError as error:
                 ledger.ends.append(error.code())  # the server died under the stream
+                ledger.end_details.append(f"{error.code().name}: {error.details()}")
                 return
             assert reply.documents_rejected == 0
             for row in rows:
@@ -245,7 +247,7 @@ async def _crash_and_check(backend: str, tmp_path: Path, env: dict[str, str]) ->
         assert await server.process.wait() == -9
     finally:
         await server.stop()
-    assert ledger.ends == [grpc.StatusCode.UNAVAILABLE] * WRITERS
+    assert ledger.ends == [grpc.StatusCode.UNAVAILABLE] * WRITERS, ledger.end_details
     in_flight = sum(
         1 for row in rows if max(ledger.sent[row]) > ledger.acked[row]
     )
