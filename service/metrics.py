@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from service.api.interceptor import CallObserver
+from service.store.base import StoreStats
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -36,18 +39,10 @@ class Metrics(CallObserver):
             ["provider", "state"],
             registry=self.registry,
         )
-        self.pool_in_use = Gauge(
-            "search_db_pool_connections_in_use",
-            "Database connections in use.",
-            registry=self.registry,
-        )
-        self.pool_size = Gauge(
-            "search_db_pool_connections", "Database connections open.", registry=self.registry
-        )
         self.index_backlog = Gauge(
             "search_index_chunks_pending",
-            "Chunks without a ready vector of the configured "
-            "embedding (last GetIndexStatus or upsert).",
+            "Chunks of every tenant without a ready vector of the configured embedding "
+            "(counted every SEARCH_METRICS_BACKLOG_INTERVAL seconds).",
             registry=self.registry,
         )
         self._server: Any = None
@@ -61,10 +56,9 @@ class Metrics(CallObserver):
         """Record how one native query settled."""
         self.provider_queries.labels(provider, state).inc()
 
-    def track_pool(self, in_use: Callable[[], float], size: Callable[[], float]) -> None:
-        """Read pool usage at scrape time."""
-        self.pool_in_use.set_function(in_use)
-        self.pool_size.set_function(size)
+    def track_store(self, stats: Callable[[], StoreStats]) -> None:
+        """Read pool usage and reads by backend from the store at scrape time."""
+        self.registry.register(_StoreCollector(stats))
 
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP exporter; returns the bound port."""
@@ -78,3 +72,30 @@ class Metrics(CallObserver):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _StoreCollector(Collector):
+    """Store figures read at scrape time (in memory: a scrape never waits on the database)."""
+
+    def __init__(self, stats: Callable[[], StoreStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        """Pool gauges and the searches-by-backend counter."""
+        stats = self._stats()
+        yield GaugeMetricFamily(
+            "search_db_pool_connections_in_use",
+            "Database connections running a statement (primary and replica pools).",
+            value=stats.connections_in_use,
+        )
+        yield GaugeMetricFamily(
+            "search_db_pool_connections",
+            "Database connections open (primary and replica pools).",
+            value=stats.connections,
+        )
+        reads = CounterMetricFamily(
+            "search_db_reads", "Searches served, by backend.", labels=["backend"]
+        )
+        for backend, count in sorted(stats.reads.items()):
+            reads.add_metric([backend], count)
+        yield reads

@@ -101,6 +101,7 @@ class App:
     components: dict[str, Any] = field(default_factory=dict)
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
     _probe_task: asyncio.Task[None] | None = None
+    _backlog_task: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -114,6 +115,8 @@ class App:
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._probe_once()
         self._probe_task = asyncio.create_task(self._probe_forever())
+        if "metrics" in self.components and "store" in self.components:
+            self._backlog_task = asyncio.create_task(self._count_backlog_forever())
 
     async def _probe_once(self) -> None:
         store = self.components.get("store")
@@ -137,13 +140,24 @@ class App:
             if not self._stopped.is_set():
                 await self._probe_once()
 
+    async def _count_backlog_forever(self) -> None:
+        """Refresh the index-backlog gauge (a count over every tenant, so not per scrape)."""
+        metrics, store = self.components["metrics"], self.components["store"]
+        while not self._stopped.is_set():
+            try:
+                metrics.index_backlog.set(await store.pending_chunks())
+            except Exception:  # the database is down: readiness says so; keep the last value
+                log.debug("index backlog count failed", exc_info=True)
+            await asyncio.sleep(self.settings.metrics_backlog_interval)
+
     async def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING, drain open calls within the grace period, close pools."""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self._probe_task is not None:
-            self._probe_task.cancel()
+        for task in (self._probe_task, self._backlog_task):
+            if task is not None:
+                task.cancel()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.settings.grace_period if grace is None else grace)
         for close in reversed(self.closers):
@@ -305,6 +319,8 @@ async def _build_servicers(
         )
     )
     app.components.update(store=store, embedder=embedder, signer=signer)
+    if "metrics" in app.components:
+        app.components["metrics"].track_store(store.stats)
     if embedder is not None and settings.otel_enabled:
         from service.tracing import TracedEmbedder
 

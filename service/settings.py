@@ -126,6 +126,10 @@ class Settings:
         metadata=_doc("Comma list of sha256hex:tenant:role (read|write|admin)."),
     )
     metrics_port: int = field(default=-1, metadata=_doc("Prometheus port; -1 off, 0 any."))
+    metrics_backlog_interval: float = field(
+        default=30.0,
+        metadata=_doc("Seconds between counts of chunks awaiting a vector (metrics on)."),
+    )
     tls_cert_file: str = field(default="", metadata=_doc("PEM server certificate: enables TLS."))
     tls_key_file: str = field(default="", metadata=_doc("PEM private key of the certificate."))
     tls_client_ca_file: str = field(
@@ -209,6 +213,7 @@ class Settings:
             ("max_concurrent_streams", self.max_concurrent_streams >= 1),
             ("exact_scan_limit", self.exact_scan_limit >= 0),
             ("metrics_port", -1 <= self.metrics_port <= 65535),
+            ("metrics_backlog_interval", self.metrics_backlog_interval > 0),
             ("openai_dimensions", self.openai_dimensions >= 1),
             ("tls_key_file", bool(self.tls_key_file) == bool(self.tls_cert_file)),
             ("tls_client_ca_file", not self.tls_client_ca_file or bool(self.tls_cert_file)),

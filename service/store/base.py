@@ -121,6 +121,15 @@ class ProjectStatus:
 
 
 @dataclass(frozen=True)
+class StoreStats:
+    """What the metrics endpoint reads at scrape time (cheap, in memory, no statement)."""
+
+    connections_in_use: int
+    connections: int
+    reads: Mapping[str, int]  # searches served, by backend: "primary" | "replica"
+
+
+@dataclass(frozen=True)
 class MetadataCondition:
     """One metadata filter: `op` in eq|contains_all|in|gt|gte|lt|lte|between|is_null."""
 
@@ -252,6 +261,14 @@ class Store(Protocol):
 
     def add_statement_hook(self, hook: StatementHook) -> None:
         """Call `hook(sql)` for every statement executed (tests count retrieval statements)."""
+        ...
+
+    def stats(self) -> StoreStats:
+        """Connection usage and reads by backend, from memory (metrics scrape it)."""
+        ...
+
+    async def pending_chunks(self) -> int:
+        """Chunks of every tenant without a ready vector of the configured embedding."""
         ...
 
     async def create_project(self, tenant: str, external_id: str, name: str) -> ProjectRecord:

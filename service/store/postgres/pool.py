@@ -124,6 +124,14 @@ class Database:
         except Exception as exc:
             _raise_mapped(exc)
 
+    def usage(self) -> tuple[int, int]:
+        """(connections in use, connections open); (0, 0) before open and after close."""
+        pool = self._pool
+        if pool is None:
+            return 0, 0
+        size = pool.get_size()
+        return size - pool.get_idle_size(), size
+
     async def close(self) -> None:
         """Close the pool, waiting for connections in use."""
         pool, self._pool = self._pool, None

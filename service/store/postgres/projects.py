@@ -57,6 +57,16 @@ JOIN projects AS p ON p.project_id = v.project_id AND p.tenant = $1
 WHERE v.project_id = ANY($2::bigint[])
 GROUP BY v.project_id, v.model, v.dimensions"""
 
+# Every tenant: the metrics' index backlog (chunks minus ready, current vectors).
+PENDING_CHUNKS = """
+SELECT (SELECT count(*) FROM chunks)
+     - (SELECT count(*) FROM vectors AS v
+        JOIN chunks AS c
+          ON c.project_id = v.project_id AND c.kind = v.kind AND c.row_id = v.row_id
+         AND c.chunk_index = v.chunk_index
+        WHERE v.model = $1 AND v.dimensions = $2 AND v.state = 'ready'
+          AND v.source_hash = c.source_hash)"""
+
 
 def project_record(row: Any) -> ProjectRecord:
     """A ProjectRecord from a row with PROJECT_COLUMNS."""
@@ -134,3 +144,8 @@ def _status(
     return ProjectStatus(
         project_record(row), int(row["documents"]), chunks, tuple(embeddings), needing
     )
+
+
+async def pending_chunks_raw(conn: asyncpg.Connection, identity: EmbeddingIdentity) -> int:
+    """Chunks of every tenant without a ready vector of `identity` (unhooked connection)."""
+    return int(await conn.fetchval(PENDING_CHUNKS, identity.model, identity.dimensions))

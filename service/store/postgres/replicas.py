@@ -104,6 +104,7 @@ class ReplicaRouter:
     max_lag: float = 10.0
     interval: float = 1.0
     replicas: list[Replica] = field(default_factory=list)
+    reads: dict[str, int] = field(default_factory=lambda: {"primary": 0, "replica": 0})
     _next: int = 0
     _task: asyncio.Task[None] | None = None
 
@@ -171,11 +172,21 @@ class ReplicaRouter:
         replica = self.pick()
         if replica is not None:
             try:
-                return await replica.db.run(work)
+                result = await replica.db.run(work)
             except errors.Unavailable:
                 # Down, or the statement lost a conflict with recovery: the primary answers.
                 replica.healthy = False
-        return await self.primary.run(work)
+            else:
+                self.reads["replica"] += 1
+                return result
+        result = await self.primary.run(work)
+        self.reads["primary"] += 1
+        return result
+
+    def usage(self) -> tuple[int, int]:
+        """(connections in use, connections open) over every replica's pool."""
+        usages = [replica.db.usage() for replica in self.replicas]
+        return sum(u[0] for u in usages), sum(u[1] for u in usages)
 
     async def note_write(self, conn: Conn) -> None:
         """Record the primary's WAL position for the current call (after its write)."""

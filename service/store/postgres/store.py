@@ -19,6 +19,7 @@ from service.store.base import (
     SearchPage,
     SearchPlan,
     StatementHook,
+    StoreStats,
 )
 from service.store.postgres import accounts, projects
 from service.store.postgres import writes as write_path
@@ -71,6 +72,7 @@ class PostgresStore:
         self._ann = AnnMaintainer(self._db, identity) if identity is not None else None
         self._ann_background = ann_maintenance
         self._partitions = partitions
+        self._reads = 0
         self._replicas = (
             ReplicaRouter(
                 self._db, replica_dsns, self._settings, replica_max_lag, replica_check_interval
@@ -232,7 +234,28 @@ class PostgresStore:
         with tracing.db_span(DB_SYSTEM, "search", **_plan_attributes(plan)):
             if self._replicas is not None:
                 return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
-            return await self._db.run(lambda conn: run_search(conn, plan, timeout))
+            page = await self._db.run(lambda conn: run_search(conn, plan, timeout))
+            self._reads += 1
+            return page
+
+    def stats(self) -> StoreStats:
+        """Pool usage over the primary and replica pools, and searches served by backend."""
+        in_use, size = self._db.usage()
+        reads = {"primary": self._reads, "replica": 0}
+        if self._replicas is not None:
+            replica_in_use, replica_size = self._replicas.usage()
+            in_use, size = in_use + replica_in_use, size + replica_size
+            reads = dict(self._replicas.reads)
+        return StoreStats(in_use, size, reads)
+
+    async def pending_chunks(self) -> int:
+        """Chunks of every tenant without a ready vector of the configured embedding."""
+        identity = self._identity
+        if identity is None:
+            return 0
+        return await self._db.run_unhooked(
+            lambda conn: projects.pending_chunks_raw(conn, identity)
+        )
 
     async def create_account(self, record: AccountRecord) -> None:
         """Store an account."""

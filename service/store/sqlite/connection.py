@@ -104,7 +104,14 @@ class ConnectionPool:
         self._connections: list[apsw.Connection] = []
         self._hooks: list[StatementHook] = []
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+        self._size = size
+        self._busy = 0
         self.support = VectorSupport(False, "not opened")
+
+    @property
+    def usage(self) -> tuple[int, int]:
+        """(connections running a job now, connections the pool may use)."""
+        return self._busy, self._size
 
     def add_hook(self, hook: StatementHook) -> None:
         """Report every statement this pool executes to `hook`."""
@@ -126,10 +133,15 @@ class ConnectionPool:
         return conn
 
     def _call(self, job: Callable[[apsw.Connection], T]) -> T:
+        with self._lock:
+            self._busy += 1
         try:
             return job(self._connection())
         except apsw.Error as exc:
             raise map_errors(exc) from exc
+        finally:
+            with self._lock:
+                self._busy -= 1
 
     async def run(self, job: Callable[[apsw.Connection], T]) -> T:
         """Run `job(connection)` on one of the pool's threads."""
@@ -139,6 +151,18 @@ class ConnectionPool:
         except RuntimeError as exc:  # the executor was shut down
             raise errors.Unavailable("the SQLite store is closed") from exc
         return await future
+
+    async def run_unhooked(self, job: Callable[[apsw.Connection], T]) -> T:
+        """`run`, not reported to the statement hooks (background work of no request)."""
+
+        def quiet(conn: apsw.Connection) -> T:
+            conn.exec_trace = None
+            try:
+                return job(conn)
+            finally:
+                conn.exec_trace = self._trace
+
+        return await self.run(quiet)
 
     def close(self) -> None:
         """Wait for running jobs, then close every connection."""

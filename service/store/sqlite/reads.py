@@ -76,6 +76,14 @@ WHERE v.project_id IN (SELECT value FROM json_each(?))
 GROUP BY v.project_id, v.model, v.dimensions
 """
 
+# Every tenant: the metrics' index backlog (chunks minus ready, current vectors).
+PENDING_CHUNKS = """
+SELECT (SELECT COUNT(*) FROM chunks)
+     - (SELECT COUNT(*) FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id
+        WHERE v.model = ? AND v.dimensions = ? AND v.state = 'ready'
+          AND v.source_hash = c.source_hash)
+"""
+
 ProjectRow = tuple[int, str, str, str, int]
 
 
@@ -177,3 +185,9 @@ def _status(
     others = sorted((i for i in vectors if i != identity), key=lambda i: (i.model, i.dimensions))
     embeddings.extend(EmbeddingCounts(i, *vectors[i]) for i in others)
     return ProjectStatus(project, documents, chunks, tuple(embeddings), needing)
+
+
+def pending_chunks(conn: apsw.Connection, identity: EmbeddingIdentity) -> int:
+    """Chunks of every tenant without a ready vector of `identity`."""
+    row = conn.execute(PENDING_CHUNKS, (identity.model, identity.dimensions)).fetchone()
+    return int(row[0]) if row is not None else 0

@@ -20,6 +20,7 @@ from service.store.base import (
     SearchPage,
     SearchPlan,
     StatementHook,
+    StoreStats,
 )
 from service.store.sqlite import accounts, reads
 from service.store.sqlite import writes as write_path
@@ -64,6 +65,7 @@ class SqliteStore:
             self._path, load_vector_extension, reader=True, size=readers, name="sqlite-reader"
         )
         self._checker = Fts5Checker()
+        self._reads = 0
         self._index = VectorIndex(None, False)
         self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
 
@@ -184,8 +186,25 @@ class SqliteStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         index, checker = self._index, self._checker
+        self._reads += 1
         with tracing.db_span(DB_SYSTEM, "search", **_plan_attributes(plan)):
             return await self._readers.run(lambda conn: run_search(conn, plan, index, checker))
+
+    def stats(self) -> StoreStats:
+        """Busy connections of the reader and writer threads, and searches served."""
+        readers, writer = self._readers.usage, self._writer.usage
+        return StoreStats(
+            readers[0] + writer[0], readers[1] + writer[1], {"primary": self._reads}
+        )
+
+    async def pending_chunks(self) -> int:
+        """Chunks of every tenant without a ready vector of the configured embedding."""
+        identity = self._identity
+        if identity is None:
+            return 0
+        return await self._readers.run_unhooked(
+            lambda conn: reads.pending_chunks(conn, identity)
+        )
 
     async def create_account(self, record: AccountRecord) -> None:
         """Store an account."""
