@@ -1,5 +1,9 @@
 """Read replicas: a real streaming standby (pg_basebackup -R from the same binaries).
 
+The primary and standby come from tests.support.pg_standby (`pg_cluster`) and serve an
+in-process App here; tests/integration/test_scaleout_cluster.py runs the same replica
+routing behind three server processes.
+
 Replay lag is made with `recovery_min_apply_delay` on the standby. Searches go to the
 standby when it is within the lag bound; `x-search-min-lsn` (the `x-search-lsn` a write
 returned) keeps them on the primary until the standby has replayed that write; a lagging
@@ -9,73 +13,34 @@ or stopped standby is skipped.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import asyncpg
 import pytest
 
+from benchmarks.reliability.outage import isolated_control
 from search_client import AsyncSearchClient, InvalidArgumentError, RetryPolicy
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
 from service.server import App
 from service.store.postgres.replicas import ReplicaRouter, parse_lsn
 from tests.support import pg
+from tests.support.pg_standby import (
+    pg_cluster,  # noqa: F401 - fixture
+    set_apply_delay,
+    until,
+    wait_for_database,
+)
+from tests.support.scaleout import upsert_with_lsn
 from tests.support.server import channel_to, running_server
 
 pytestmark = pytest.mark.timeout(120)
 
-
-def _start_standby(primary: pg.PgServer) -> pg.PgServer:
-    pgdata = Path(tempfile.mkdtemp(prefix="search-pg-standby-"))
-    user = pg._prepare_for_user(pgdata)
-    source = f"host={primary.pgdata} user=postgres"
-    pg._run("pg_basebackup", "-D", str(pgdata), "-d", source, "-R", "-X", "stream",
-            "-c", "fast", "--no-sync", user=user)
-    # The primary's socket lives in its data directory: its lock file came along.
-    for copied in (".s.PGSQL.5432.lock", "server.log"):
-        (pgdata / copied).unlink(missing_ok=True)
-    with (pgdata / "postgresql.auto.conf").open("a") as auto:
-        auto.write(f"unix_socket_directories = '{pgdata}'\nhot_standby_feedback = on\n")
-    standby = pg.PgServer(f"postgresql://postgres@/postgres?host={pgdata}", True, pgdata, user)
-    try:
-        standby.start()
-    except BaseException:
-        shutil.rmtree(pgdata, ignore_errors=True)
-        raise
-    return standby
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[pg.PgServer, pg.PgServer]]:
-    """A primary of its own (its settings change here) and one streaming standby."""
-    primary = pg.start_server()
-    try:
-        standby = _start_standby(primary)
-        try:
-            yield primary, standby
-        finally:
-            standby.close()
-    finally:
-        primary.close()
-
-
-async def _set_apply_delay(standby: pg.PgServer, delay: str) -> None:
-    assert standby.pgdata is not None
-    with (standby.pgdata / "postgresql.auto.conf").open("a") as auto:
-        auto.write(f"recovery_min_apply_delay = '{delay}'\n")
-    conn = await asyncpg.connect(standby.dsn)
-    try:
-        await conn.execute("SELECT pg_reload_conf()")
-    finally:
-        await conn.close()
+Cluster = tuple[pg.PgServer, pg.PgServer]
 
 
 @asynccontextmanager
 async def _app(
-    cluster: tuple[pg.PgServer, pg.PgServer], tmp_path: Path, max_lag: float
+    cluster: Cluster, tmp_path: Path, max_lag: float
 ) -> AsyncIterator[tuple[App, ReplicaRouter]]:
     primary, standby = cluster
     name, dsn = await pg.create_database(primary.dsn)
@@ -86,7 +51,7 @@ async def _app(
             "SEARCH_REPLICA_MAX_LAG_SECONDS": str(max_lag),
             "SEARCH_REPLICA_CHECK_INTERVAL": "0.1",
         }
-        await _wait_for_database(pg.dsn_for_database(standby.dsn, name))
+        await wait_for_database(pg.dsn_for_database(standby.dsn, name))
         async with running_server(tmp_path, env) as app:
             router = app.components["store"].replicas
             assert isinstance(router, ReplicaRouter)
@@ -95,32 +60,10 @@ async def _app(
         await pg.drop_database(primary.dsn, name)
 
 
-async def _wait_for_database(dsn: str) -> None:
-    for _ in range(200):
-        try:
-            conn = await asyncpg.connect(dsn)
-        except asyncpg.InvalidCatalogNameError:
-            await asyncio.sleep(0.05)
-            continue
-        await conn.close()
-        return
-    raise AssertionError("the standby never saw the new database")
-
-
 async def _upsert(app: App, project: int, row_id: str, body: str) -> str:
-    """Upsert one note through the raw stub; returns the `x-search-lsn` trailer."""
+    """Upsert one note; returns the `x-search-lsn` trailer."""
     async with channel_to(app) as channel:
-        stub = index_pb2_grpc.IndexServiceStub(channel)
-        document = index_pb2.Document(kind="note", row_id=row_id, title=row_id, body=body)
-        call = stub.UpsertDocuments(
-            iter([index_pb2.UpsertDocumentsRequest(project_id=project, documents=[document])])
-        )
-        reply = await call
-        assert reply.documents_rejected == 0
-        trailers = dict(await call.trailing_metadata() or ())
-    lsn = str(trailers["x-search-lsn"])
-    assert parse_lsn(lsn) is not None
-    return lsn
+        return await upsert_with_lsn(channel, project, row_id, body)
 
 
 async def _found(client: AsyncSearchClient, project: int, min_lsn: str = "") -> set[str]:
@@ -136,19 +79,18 @@ def _lsn(text: str) -> int:
 
 
 async def _until(condition: Callable[[], bool], within: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while not condition():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.05)
+    async def check() -> bool:
+        return condition()
+
+    await until(check, "condition", within)
 
 
 async def test_read_your_writes_under_replica_lag(
-    cluster: tuple[pg.PgServer, pg.PgServer], tmp_path: Path
+    pg_cluster: Cluster, tmp_path: Path  # noqa: F811 - the imported fixture
 ) -> None:
-    standby = cluster[1]
+    standby = pg_cluster[1]
     # A generous lag bound: only the LSN header keeps reads off the lagging standby.
-    async with _app(cluster, tmp_path, max_lag=3600) as (app, router):
+    async with _app(pg_cluster, tmp_path, max_lag=3600) as (app, router):
         client = AsyncSearchClient(f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1))
         async with client:
             project = (await client.create_project("ryw", "RYW")).project_id
@@ -158,7 +100,7 @@ async def test_read_your_writes_under_replica_lag(
             assert await _found(client, project) == {"a"}  # served by the standby
             with pytest.raises(InvalidArgumentError):
                 await _found(client, project, "not-an-lsn")
-            await _set_apply_delay(standby, "1h")
+            await set_apply_delay(standby, "1h")
             try:
                 second = await _upsert(app, project, "b", "harbour crane two")
                 # The standby has not replayed the write: without the header it is stale...
@@ -168,38 +110,38 @@ async def test_read_your_writes_under_replica_lag(
                 assert await _found(client, project, second) == {"a", "b"}
                 assert await _found(client, project, first) == {"a"}  # older LSN: standby
             finally:
-                await _set_apply_delay(standby, "0")
+                await set_apply_delay(standby, "0")
             await _until(lambda: replica.replay_lsn >= _lsn(second))
             assert await _found(client, project, second) == {"a", "b"}  # caught up
 
 
 async def test_lagging_or_stopped_replica_is_skipped(
-    cluster: tuple[pg.PgServer, pg.PgServer], tmp_path: Path
+    pg_cluster: Cluster, tmp_path: Path  # noqa: F811 - the imported fixture
 ) -> None:
-    standby = cluster[1]
-    async with _app(cluster, tmp_path, max_lag=1.0) as (app, router):
+    standby = pg_cluster[1]
+    async with _app(pg_cluster, tmp_path, max_lag=1.0) as (app, router):
         client = AsyncSearchClient(f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1))
         async with client:
             project = (await client.create_project("lag", "Lag")).project_id
             await _upsert(app, project, "a", "harbour crane one")
             replica = router.replicas[0]
             await _until(lambda: replica.healthy and replica.lag == 0)
-            await _set_apply_delay(standby, "1h")
+            await set_apply_delay(standby, "1h")
             try:
                 await _upsert(app, project, "b", "harbour crane two")
                 await _until(lambda: replica.lag > router.max_lag)
                 assert router.pick() is None
                 assert await _found(client, project) == {"a", "b"}  # the primary answers
             finally:
-                await _set_apply_delay(standby, "0")
+                await set_apply_delay(standby, "0")
             await _until(lambda: replica.lag == 0)
             assert router.pick() is replica
-            standby.stop()
+            isolated_control(standby)("stop")  # no fork from this gRPC process
             try:
                 # Before the next check notices, the failing statement falls back too.
                 assert await _found(client, project) == {"a", "b"}
                 await _until(lambda: not replica.healthy)
                 assert await _found(client, project) == {"a", "b"}
             finally:
-                standby.start()
+                isolated_control(standby)("start")
             await _until(lambda: replica.healthy)
