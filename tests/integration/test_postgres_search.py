@@ -12,7 +12,7 @@ import pytest_asyncio
 from service import errors
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.projects.lexical import LexicalQuery, compile_query
-from service.store.base import Mode
+from service.store.base import Filters, Mode
 from service.store.postgres import PostgresStore
 from service.store.postgres.migrations import hnsw_index_name
 from service.store.postgres.search import build
@@ -195,6 +195,28 @@ async def test_hnsw_index_serves_the_approximate_path(pg: Corpus) -> None:
     finally:
         await conn.close()
     assert any(hnsw_index_name(pg.identity) in line for line in lines), "\n".join(lines)
+
+
+@pytest.mark.parametrize("mode", [Mode.VECTOR, Mode.HYBRID])
+async def test_hnsw_path_keeps_to_owned_projects_and_filters(pg: Corpus, mode: Mode) -> None:
+    scope = await _galaxies(pg)
+    stranger = await pg.project("elsewhere", tenant="other-tenant")
+    await pg.write(stranger.project_id, [Doc("note", "1", "galaxy redshift redshift")])
+    store = pg.store
+    assert isinstance(store, PostgresStore)
+    await store.index_ann_backlog()
+    # The store re-checks ownership itself, also on the HNSW path (the service checks first).
+    plan = await pg.plan([*scope, stranger.project_id], mode, "galaxy redshift",
+                         exact_scan_limit=0)
+    page = await store.search(plan)
+    assert not page.ranking_is_exact
+    assert page.hits
+    assert {h.project_id for h in page.hits} <= set(scope)
+    kinds = Filters(kinds=("observation",))
+    await pg.write(scope[0], [Doc("observation", "9", "galaxy redshift survey")])
+    await store.index_ann_backlog()
+    filtered = await pg.search(scope, mode, "galaxy redshift", filters=kinds, exact_scan_limit=0)
+    assert [(h.kind, h.row_id) for h in filtered.hits] == [("observation", "9")]
 
 
 async def test_statement_timeout_is_deadline_exceeded(pg: Corpus) -> None:

@@ -79,6 +79,18 @@ def test_knn_arm_only_for_the_indexed_identity(checker: Fts5Checker) -> None:
         assert "vec_chunks" not in exact_only
 
 
+def test_strategy_count_reads_the_vector_index_unless_filters_need_documents(
+    checker: Fts5Checker,
+) -> None:
+    plan = _plan(Mode.VECTOR, compile_query("a b"))
+    plain, _ = build(plan, VectorIndex(IDENTITY, True), checker)
+    assert q.VECTOR_COUNT_SCOPE in plain
+    filtered = dataclasses.replace(plan, filters=Filters(kinds=("note",)))
+    joined, _ = build(filtered, VectorIndex(IDENTITY, True), checker)
+    assert q.VECTOR_COUNT in joined
+    assert q.VECTOR_COUNT_SCOPE not in joined
+
+
 def test_fts_statement_counts_in_the_same_statement(checker: Fts5Checker) -> None:
     sql, bindings = build(_plan(Mode.FTS, compile_query("a")), VectorIndex(None, False), checker)
     assert q.TOTAL_COUNT in sql
@@ -95,6 +107,14 @@ def test_knn_k_is_capped() -> None:
     _, bindings = build(plan, VectorIndex(IDENTITY, True), checker)
     checker.close()
     assert bindings["knn_k"] == KNN_MAX_K
+
+
+def test_knn_over_fetches_more_when_filters_drop_candidates(checker: Fts5Checker) -> None:
+    plan = _plan(Mode.VECTOR, None)
+    _, plain = build(plan, VectorIndex(IDENTITY, True), checker)
+    filtered = dataclasses.replace(plan, filters=Filters(kinds=("note",)))
+    _, joined = build(filtered, VectorIndex(IDENTITY, True), checker)
+    assert 11 <= plain["knn_k"] < joined["knn_k"]
 
 
 async def test_plan_timeout_cancels_the_statement(tmp_path: Path) -> None:

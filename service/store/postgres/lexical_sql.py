@@ -63,41 +63,53 @@ STRICT_MATCH = """(lex.q_words IS NOT NULL OR lex.q_script IS NOT NULL)
            AND (lex.q_words IS NULL OR d.fts @@ lex.q_words
                 OR (numnode(lex.q_words) = 0 AND lex.q_script IS NOT NULL))
            AND (lex.q_script IS NULL OR d.ngram_fts @@ lex.q_script)"""
-# Every eligible document holding any query term: strict and relaxed matches are subsets,
-# and document frequencies over the scope are counted among them. The eligibility
-# predicates are repeated (not joined to `eligible`) so a GIN bitmap scan drives this.
+# Every eligible document holding any query term, once per term it holds: strict and
+# relaxed matches are subsets, and document frequencies over the scope are counted among
+# them. The eligibility predicates are repeated (not joined to `eligible`) so a GIN bitmap
+# scan drives this. The candidates stream from the heap into the per-term LATERAL (OFFSET 0
+# keeps both from being flattened, which would let the planner rescan the candidates once
+# per term): materializing whole tsvectors first made a common-word query's candidates
+# (thousands of ~2 kB rows) spill to disk and be read back once per query term.
+# BM25 tf is the term's position count (at most 256 per lexeme); for a prefix term it
+# counts the exact lexeme, or 1 when only longer lexemes match (listing those would mean
+# unnesting every candidate's whole tsvector, ~20x slower). `*_terms` keep only the query's
+# exact lexemes with their positions (the documents' tsvectors carry no weights).
 CANDIDATES = f"""
-cand AS MATERIALIZED (
-    SELECT d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len, d.fts, d.ngram_fts,
-           -- Only the query's exact lexemes, with their positions (term frequencies).
-           ts_filter(setweight(d.fts, 'A', (SELECT words FROM qany)), ARRAY['a']::"char"[])
-               AS fts_terms,
-           ts_filter(setweight(d.ngram_fts, 'A', (SELECT grams FROM qany)), ARRAY['a']::"char"[])
-               AS ngram_terms,
-           COALESCE({STRICT_MATCH}, false) AS strict_hit,
-           COALESCE(lex.q_relaxed IS NOT NULL AND d.fts @@ lex.q_relaxed, false) AS relaxed_hit
-    FROM documents AS d
-    CROSS JOIN lex
-    WHERE {_IN_SCOPE_D}
-      AND (d.fts @@ (SELECT words_any FROM qany) OR d.ngram_fts @@ (SELECT grams_any FROM qany))
-      {{filters}}
+tf AS MATERIALIZED (
+    SELECT c.project_id, c.kind, c.row_id, c.strict_hit, c.relaxed_hit, t.chan, t.lexeme,
+           t.dl, t.tf
+    FROM (
+        SELECT d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len, d.fts, d.ngram_fts,
+               ts_filter(setweight(d.fts, 'A', (SELECT words FROM qany)), ARRAY['a']::"char"[])
+                   AS fts_terms,
+               ts_filter(setweight(d.ngram_fts, 'A', (SELECT grams FROM qany)),
+                         ARRAY['a']::"char"[]) AS ngram_terms,
+               COALESCE({STRICT_MATCH}, false) AS strict_hit,
+               COALESCE(lex.q_relaxed IS NOT NULL AND d.fts @@ lex.q_relaxed, false)
+                   AS relaxed_hit
+        FROM documents AS d
+        CROSS JOIN lex
+        WHERE {_IN_SCOPE_D}
+          AND (d.fts @@ (SELECT words_any FROM qany)
+               OR d.ngram_fts @@ (SELECT grams_any FROM qany))
+          {{filters}}
+        OFFSET 0
+    ) AS c
+    CROSS JOIN LATERAL (
+        SELECT q.chan, q.lexeme,
+               CASE WHEN q.chan = 0 THEN c.doc_len ELSE c.ngram_len END AS dl,
+               GREATEST(1, COALESCE((
+                   SELECT array_length(u.positions, 1)
+                   FROM unnest(CASE WHEN q.chan = 0 THEN c.fts_terms ELSE c.ngram_terms END) AS u
+                   WHERE u.lexeme = q.lexeme), 0))::float8 AS tf
+        FROM qterms AS q
+        WHERE (q.chan = 0 AND c.fts @@ q.tq) OR (q.chan = 1 AND c.ngram_fts @@ q.tq)
+        OFFSET 0
+    ) AS t
 ),"""  # noqa: S608 - only constant fragments are interpolated
 # BM25 (k1, b as in Lucene; idf = ln(1 + (N - df + 0.5) / (df + 0.5))) with N, avgdl and df
-# over the eligible scope. tf is the term's position count (at most 256 per lexeme); for a
-# prefix term it counts the exact lexeme, or 1 when only longer lexemes match (listing those
-# would mean unnesting every candidate's whole tsvector, ~20x slower).
+# over the eligible scope.
 BM25 = f"""
-tf AS MATERIALIZED (
-    SELECT c.project_id, c.kind, c.row_id, c.strict_hit, c.relaxed_hit, q.chan, q.lexeme,
-           CASE WHEN q.chan = 0 THEN c.doc_len ELSE c.ngram_len END AS dl,
-           GREATEST(1, COALESCE((
-               SELECT array_length(u.positions, 1)
-               FROM unnest(CASE WHEN q.chan = 0 THEN c.fts_terms ELSE c.ngram_terms END) AS u
-               WHERE u.lexeme = q.lexeme), 0))::float8 AS tf
-    FROM cand AS c
-    JOIN qterms AS q
-      ON (q.chan = 0 AND c.fts @@ q.tq) OR (q.chan = 1 AND c.ngram_fts @@ q.tq)
-),
 df AS MATERIALIZED (SELECT chan, lexeme, count(*)::float8 AS df FROM tf GROUP BY chan, lexeme),
 stats AS MATERIALIZED (
     SELECT count(*)::float8 AS n,

@@ -23,10 +23,15 @@ from service.store.postgres import search_sql as q
 from service.store.postgres.filters import filter_sql
 from service.store.postgres.pool import Conn
 
-KNN_MIN_K = 100
 KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
-# Documents have several chunks and filters drop candidates after the HNSW scan: over-fetch.
-KNN_OVERFETCH = 10
+# Documents have several chunks and filters drop candidates after the HNSW scan: over-fetch
+# (chunks per wanted document). The graph search costs about linearly in k (the scope
+# filter is checked on every visited tuple), so without filters the margin is smaller:
+# 5 nearest chunks per wanted document, 10 when filters may drop candidates.
+KNN_MIN_K = 50
+KNN_OVERFETCH = 5
+KNN_MIN_K_FILTERED = 100
+KNN_OVERFETCH_FILTERED = 10
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
 
 
@@ -64,18 +69,27 @@ def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
         ctes += [
             q.VECTOR_COUNT.format(eligible=eligible),
             q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
-            q.EXACT_OR_KNN_SIMS.format(eligible=eligible),
+            q.EXACT_OR_KNN_SIMS.format(
+                eligible=eligible, knn_eligible=q.KNN_ELIGIBLE if filters else q.KNN_OWNED
+            ),
             q.VECTOR_SCORES,
         ]
         exact = q.EXACT_BY_COUNT
     total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
     ctes += [_SCORED[plan.mode], q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
-    bindings.update(_common_bindings(plan, semantic))
+    bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
 
 
-def _common_bindings(plan: SearchPlan, semantic: bool) -> dict[str, Any]:
+def knn_k(wanted: int, filtered: bool) -> int:
+    """Chunks the HNSW search returns for `wanted` documents."""
+    if filtered:
+        return max(KNN_MIN_K_FILTERED, min(KNN_MAX_K, wanted * KNN_OVERFETCH_FILTERED))
+    return max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH))
+
+
+def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[str, Any]:
     wanted = plan.offset + plan.limit + 1
     identity = plan.identity
     return {
@@ -91,7 +105,7 @@ def _common_bindings(plan: SearchPlan, semantic: bool) -> dict[str, Any]:
         "dimensions": identity.dimensions if identity else None,
         "query_vector": Vector(list(plan.query_vector)) if plan.query_vector else None,
         "exact_scan_limit": plan.exact_scan_limit,
-        "knn_k": max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH)),
+        "knn_k": knn_k(wanted, filtered),
         "max_chunks": MAX_MATCHED_CHUNKS,
     }
 

@@ -27,9 +27,14 @@ from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import from_micros, load_metadata, vector_blob
 
 KNN_MAX_K = 4096  # sqlite-vec's limit on k
-KNN_MIN_K = 100
-# Documents have several chunks and filters drop candidates after the KNN: over-fetch.
-KNN_OVERFETCH = 10
+# Documents have several chunks and filters drop candidates after the KNN: over-fetch
+# (chunks per wanted document; k applies per partition). Joining the KNN rows back to
+# chunks and vectors costs linearly in k, so without filters the margin is smaller, as on
+# PostgreSQL: 5 nearest chunks per wanted document, 10 when filters may drop candidates.
+KNN_MIN_K = 50
+KNN_OVERFETCH = 5
+KNN_MIN_K_FILTERED = 100
+KNN_OVERFETCH_FILTERED = 10
 # SQLite VM instructions between deadline checks (microseconds of work each time).
 PROGRESS_STEPS = 10_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
@@ -81,7 +86,8 @@ def build(
     semantic = plan.mode is not Mode.FTS
     if semantic:
         if index.usable and index.identity == plan.identity:
-            ctes += [q.VECTOR_COUNT, q.KNN, q.EXACT_OR_KNN_SIMS]
+            count = q.VECTOR_COUNT if filters else q.VECTOR_COUNT_SCOPE
+            ctes += [count, q.KNN, q.EXACT_OR_KNN_SIMS]
             exact = q.EXACT_BY_COUNT
         else:
             ctes.append(q.EXACT_SIMS)
@@ -89,11 +95,18 @@ def build(
     total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
     ctes += [_SCORED[plan.mode], q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
-    bindings.update(_common_bindings(plan, semantic))
+    bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
 
 
-def _common_bindings(plan: SearchPlan, semantic: bool) -> dict[str, Any]:
+def knn_k(wanted: int, filtered: bool) -> int:
+    """Chunks per partition the vec0 KNN returns for `wanted` documents."""
+    if filtered:
+        return max(KNN_MIN_K_FILTERED, min(KNN_MAX_K, wanted * KNN_OVERFETCH_FILTERED))
+    return max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH))
+
+
+def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[str, Any]:
     wanted = plan.offset + plan.limit + 1
     identity = plan.identity
     return {
@@ -109,7 +122,7 @@ def _common_bindings(plan: SearchPlan, semantic: bool) -> dict[str, Any]:
         "dimensions": identity.dimensions if identity else None,
         "query_vector": vector_blob(plan.query_vector) if plan.query_vector else None,
         "exact_scan_limit": plan.exact_scan_limit,
-        "knn_k": max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH)),
+        "knn_k": knn_k(wanted, filtered),
         "max_chunks": MAX_MATCHED_CHUNKS,
     }
 

@@ -78,11 +78,29 @@ chunk_sims AS MATERIALIZED (
     {ELIGIBLE_VECTORS}
 )"""
 # Both arms are guarded by the same constant condition, which SQLite evaluates once before
-# looping: exactly one of the exact scan and the KNN search runs.
+# looping: exactly one of the exact scan and the KNN search runs. The count only picks the
+# strategy, so it stops past the limit. Without filters it reads the covering index
+# vectors_identity alone (stale source hashes are not checked, as on PostgreSQL); joining
+# every scope vector to its chunk (and reading each vector row) cost ~4x more.
 VECTOR_COUNT = f"""
 vcount AS MATERIALIZED (
-    SELECT COUNT(*) AS n
-    {ELIGIBLE_VECTORS}
+    SELECT COUNT(*) AS n FROM (
+        SELECT 1
+        {ELIGIBLE_VECTORS}
+        LIMIT :exact_scan_limit + 1
+    )
+)"""  # noqa: S608 - only constant fragments are interpolated
+VECTOR_COUNT_SCOPE = """
+vcount AS MATERIALIZED (
+    SELECT COUNT(*) AS n FROM (
+        SELECT 1 FROM vectors AS v
+        WHERE v.project_id IN (
+                SELECT p.project_id FROM projects AS p
+                WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))
+            )
+          AND v.model = :model AND v.dimensions = :dimensions AND v.state = 'ready'
+        LIMIT :exact_scan_limit + 1
+    )
 )"""
 KNN = """
 knn AS MATERIALIZED (

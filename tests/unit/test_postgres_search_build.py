@@ -1,0 +1,51 @@
+"""How the PostgreSQL search statement is assembled for each plan (no database needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.embeddings.base import EmbeddingIdentity
+from service.projects.lexical import compile_query
+from service.store.base import Filters, Mode, SearchPlan
+from service.store.postgres import search_sql as q
+from service.store.postgres.search import KNN_MAX_K, build, knn_k
+
+IDENTITY = EmbeddingIdentity("m", 4)
+NO_FILTERS = Filters()
+
+
+def _plan(mode: Mode, filters: Filters = NO_FILTERS, limit: int = 10) -> SearchPlan:
+    vector = None if mode is Mode.FTS else (1.0, 0.0, 0.0, 0.0)
+    identity = None if mode is Mode.FTS else IDENTITY
+    return SearchPlan(
+        "t", (1, 2), mode, compile_query("galaxy survey"), vector, identity, filters, limit, 0
+    )
+
+
+@pytest.mark.parametrize("mode", [Mode.VECTOR, Mode.HYBRID])
+def test_unfiltered_index_path_checks_ownership_without_the_eligible_set(mode: Mode) -> None:
+    sql, bindings = build(_plan(mode))
+    assert q.KNN_OWNED in sql
+    assert "FROM eligible" not in sql  # never read, so the CTE is never computed
+    assert bindings["knn_k"] == knn_k(11, filtered=False)
+
+
+@pytest.mark.parametrize("mode", [Mode.VECTOR, Mode.HYBRID])
+def test_filtered_index_path_joins_the_eligible_set(mode: Mode) -> None:
+    sql, bindings = build(_plan(mode, Filters(kinds=("note",))))
+    assert q.KNN_ELIGIBLE in sql
+    assert q.KNN_OWNED not in sql
+    assert bindings["knn_k"] == knn_k(11, filtered=True)
+
+
+def test_knn_k_over_fetches_more_when_filters_drop_candidates() -> None:
+    assert knn_k(11, filtered=False) < knn_k(11, filtered=True)
+    assert knn_k(1, filtered=False) >= 11  # a floor, whatever the page size
+    assert knn_k(10**6, filtered=False) == knn_k(10**6, filtered=True) == KNN_MAX_K
+
+
+def test_hnsw_arm_has_a_single_scope_predicate() -> None:
+    # A second `= ANY(owned)` would shrink the planner's estimate and steer it off the index.
+    sql, _ = build(_plan(Mode.VECTOR))
+    knn = sql[sql.index("knn AS MATERIALIZED") : sql.index("chunk_sims AS MATERIALIZED")]
+    assert knn.count("project_id = ANY(") == 1
