@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from dataclasses import dataclass
 
@@ -40,5 +41,10 @@ def bind(ctx: RequestContext) -> contextvars.Token[RequestContext]:
 
 
 def reset(token: contextvars.Token[RequestContext]) -> None:
-    """Restore the previous context."""
-    _current.reset(token)
+    """Restore the previous context (a no-op from another context).
+
+    A streaming handler's generator may be closed from another task's context (its deadline
+    passed, the client went away); the context that held the value ends with the call then.
+    """
+    with contextlib.suppress(ValueError):
+        _current.reset(token)

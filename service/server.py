@@ -339,6 +339,7 @@ async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict
     """Workspace search and accounts (built by service.workspace)."""
     from service.api.workspace_wiring import build_workspace_servicers, parse_base_urls
 
+    metrics = app.components.get("metrics")
     return build_workspace_servicers(
         settings,
         store,
@@ -347,6 +348,8 @@ async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict
         base_url_overrides=parse_base_urls(settings.provider_base_urls),
         max_rounds_per_page=settings.workspace_max_rounds_per_page,
         default_timeout=settings.workspace_timeout,
+        on_query=metrics.provider_query if metrics is not None else None,
+        closers=app.closers,
     )
 
 

@@ -135,6 +135,7 @@ class _Call:
         self.code = "OK"
         self.started = time.perf_counter()
         self.token: Any = None
+        self.ctx = request_context.RequestContext(request_id="-", method=method)
         self.counted = False
         self.slots = 0 if method.startswith(UNLIMITED_PREFIX) else 1
 
@@ -148,6 +149,7 @@ class _Call:
         ctx = request_context.RequestContext(
             request_id=request_id, method=self.method, deadline=deadline
         )
+        self.ctx = ctx
         self.token = request_context.bind(ctx)
         await self.context.send_initial_metadata((("x-request-id", request_id),))
         try:
@@ -176,15 +178,14 @@ class _Call:
 
     def _rebind(self, ctx: request_context.RequestContext, tenant: str, role: str) -> Any:
         request_context.reset(self.token)
-        return request_context.bind(
-            request_context.RequestContext(
-                request_id=ctx.request_id,
-                method=ctx.method,
-                tenant=tenant,
-                role=role,
-                deadline=ctx.deadline,
-            )
+        self.ctx = request_context.RequestContext(
+            request_id=ctx.request_id,
+            method=ctx.method,
+            tenant=tenant,
+            role=role,
+            deadline=ctx.deadline,
         )
+        return request_context.bind(self.ctx)
 
     async def _fail(self, error: ServiceError) -> None:
         self.code = error.code.name
@@ -203,7 +204,7 @@ class _Call:
             if isinstance(exc, ServiceError):
                 self.code = exc.code.name
                 await abort(self.context, to_rpc_status(exc))
-            request_id = request_context.current().request_id
+            request_id = self.ctx.request_id
             errors_log.error(
                 "unhandled error in %s (request id %s)", self.method, request_id, exc_info=exc
             )
@@ -218,7 +219,7 @@ class _Call:
 
     def _finish(self) -> None:
         seconds = time.perf_counter() - self.started
-        ctx = request_context.current()
+        ctx = self.ctx  # not the current context: a stream may be closed from another task
         log.info(
             json.dumps(
                 {

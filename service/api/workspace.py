@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -16,13 +16,21 @@ from service.api.convert_workspace import (
 from service.pb.search.v1 import workspace_search_pb2 as pb
 from service.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service.workspace.engine import WorkspaceEngine
+from service.workspace.events import QueryStatus
+
+QueryObserver = Callable[[str, str], None]  # (provider, final state) of one query
+
+
+def _ignore(_provider: str, _state: str) -> None:
+    return None
 
 
 class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
     """Lists accounts with guidance; streams statuses and fused pages of a search."""
 
-    def __init__(self, engine: WorkspaceEngine) -> None:
+    def __init__(self, engine: WorkspaceEngine, on_query: QueryObserver = _ignore) -> None:
         self._engine = engine
+        self._on_query = on_query
 
     async def ListAccounts(
         self, request: pb.ListAccountsRequest, context: Any
@@ -40,6 +48,15 @@ class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
         search = self._engine.search(
             ctx.tenant, search_request_from_proto(request), deadline=ctx.deadline
         )
-        async with aclosing(search) as events:
-            async for event in events:
-                yield event_to_proto(event)
+        # The latest status of each query on each account supersedes earlier ones: report
+        # how each settled once, when the call ends (however it ends).
+        settled: dict[tuple[int, str], QueryStatus] = {}
+        try:
+            async with aclosing(search) as events:
+                async for event in events:
+                    if isinstance(event, QueryStatus):
+                        settled[event.query_index, event.account_id] = event
+                    yield event_to_proto(event)
+        finally:
+            for status in settled.values():
+                self._on_query(status.provider.value, status.state.value)

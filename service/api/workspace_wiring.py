@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import httpx
-
 from service.api.accounts import AccountServicer
-from service.api.workspace import WorkspaceSearchServicer
+from service.api.workspace import QueryObserver, WorkspaceSearchServicer
 from service.keys import load_key
 from service.ranking.tokens import TokenSigner
 from service.settings import Settings, SettingsError
@@ -45,7 +43,8 @@ def build_workspace_servicers(
     base_url_overrides: Mapping[ProviderId, str] | None = None,
     max_rounds_per_page: int = 3,
     default_timeout: float = 20.0,
-    transport: httpx.AsyncBaseTransport | None = None,
+    on_query: QueryObserver | None = None,
+    closers: list[Callable[[], Awaitable[None]]] | None = None,
 ) -> dict[str, Any]:
     """WorkspaceSearchService and AccountService servicers, keyed by full service name."""
     key = load_key(
@@ -69,8 +68,15 @@ def build_workspace_servicers(
         default_timeout=default_timeout,
         max_rounds_per_page=max_rounds_per_page,
     )
-    engine = WorkspaceEngine(accounts, signer, settings=engine_settings, transport=transport)
+    engine = WorkspaceEngine(accounts, signer, settings=engine_settings)
+    if closers is not None:
+        closers.append(engine.aclose)  # provider connections are kept between calls
+    servicer = (
+        WorkspaceSearchServicer(engine)
+        if on_query is None
+        else WorkspaceSearchServicer(engine, on_query)
+    )
     return {
-        "search.v1.WorkspaceSearchService": WorkspaceSearchServicer(engine),
+        "search.v1.WorkspaceSearchService": servicer,
         "search.v1.AccountService": AccountServicer(accounts, REGISTRY),
     }

@@ -86,7 +86,7 @@ class _Sum:
     __slots__ = ("_exact", "terms", "value")
 
     def __init__(self, terms: Iterable[float]) -> None:
-        self.terms = tuple(terms)
+        self.terms = tuple(sorted(terms))
         self.value = total(self.terms)
         self._exact: Fraction | None = None
 
@@ -104,20 +104,35 @@ class _Sum:
         """-1, 0 or 1 like a <=> b."""
         if abs(self.value - other.value) > _CLOSE:
             return -1 if self.value < other.value else 1
-        if sorted(self.terms) == sorted(other.terms):
+        if self.terms == other.terms:
             return 0
         a, b = self.exact(), other.exact()
         return (a > b) - (a < b)
 
 
+def _cmp(x: tuple[_Sum, str], y: tuple[_Sum, str]) -> int:
+    by_score = y[0].compare(x[0])
+    return by_score if by_score else (x[1] > y[1]) - (x[1] < y[1])
+
+
 def _order(items: list[tuple[_Sum, str]]) -> list[tuple[_Sum, str]]:
-    """Best first: sum descending, then key ascending."""
+    """Best first: sum descending, then key ascending.
 
-    def cmp(x: tuple[_Sum, str], y: tuple[_Sum, str]) -> int:
-        by_score = y[0].compare(x[0])
-        return by_score if by_score else (x[1] > y[1]) - (x[1] < y[1])
-
-    return sorted(items, key=functools.cmp_to_key(cmp))
+    Sorted by float first; only runs of sums closer than `_CLOSE` (near-ties) whose terms
+    differ are re-sorted exactly, since anything further apart already has its true order,
+    and equal terms mean equal sums (ordered by key already).
+    """
+    ordered = sorted(items, key=lambda item: (-item[0].value, item[1]))
+    start = 0
+    for end in range(1, len(ordered) + 1):
+        if end < len(ordered) and ordered[end - 1][0].value - ordered[end][0].value <= _CLOSE:
+            continue
+        if end - start > 1:
+            first = ordered[start][0].terms
+            if any(item[0].terms != first for item in ordered[start + 1 : end]):
+                ordered[start:end] = sorted(ordered[start:end], key=functools.cmp_to_key(_cmp))
+        start = end
+    return ordered
 
 
 def collect(lists: Sequence[Sequence[str]], k: int = DEFAULT_K) -> dict[str, list[Contribution]]:
@@ -133,15 +148,19 @@ def collect(lists: Sequence[Sequence[str]], k: int = DEFAULT_K) -> dict[str, lis
     return found
 
 
+def _ranked(
+    candidates: Mapping[str, Sequence[Contribution]],
+) -> list[tuple[_Sum, str, Sequence[Contribution]]]:
+    sums = {key: _Sum.of(c.score for c in votes) for key, votes in candidates.items()}
+    ordered = _order([(value, key) for key, value in sums.items()])
+    return [(value, key, candidates[key]) for value, key in ordered]
+
+
 def rank(candidates: Mapping[str, Sequence[Contribution]]) -> list[Fused]:
     """Fused results, best first: score descending, then key ascending."""
-    fused = [
-        Fused(key, total(c.score for c in contributions), tuple(sorted(contributions)))
-        for key, contributions in candidates.items()
+    return [
+        Fused(key, value.value, tuple(sorted(votes))) for value, key, votes in _ranked(candidates)
     ]
-    by_key = {item.key: item for item in fused}
-    ordered = _order([(_Sum.of(c.score for c in item.contributions), item.key) for item in fused])
-    return [by_key[key] for _, key in ordered]
 
 
 def fuse(lists: Sequence[Sequence[str]], k: int = DEFAULT_K) -> list[Fused]:
@@ -180,22 +199,22 @@ def ready_keys(
     the bound of every other candidate and of any unseen key. Stops at the first key that is
     not ready, so the answer is always a prefix of the true order.
     """
-    ordered = rank(candidates)
+    ordered = _ranked(candidates)
     unseen = _Sum.of(open_terms.values())
-    bounds = _order(
-        [(_bound(contributions, open_terms), key) for key, contributions in candidates.items()]
-    )
+    if open_terms:
+        bounds = _order([(_bound(votes, open_terms), key) for _, key, votes in ordered])
+    else:
+        bounds = [(value, key) for value, key, _ in ordered]  # nothing open: bound = score
     taken: set[str] = set()
     ready: list[str] = []
-    for item in ordered:
+    for score, key, _ in ordered:
         if len(ready) >= limit:
             break
-        score = _Sum.of(c.score for c in item.contributions)
         if open_terms and score.compare(unseen) <= 0:
             break
-        rival = next(((b, k) for b, k in bounds if k not in taken and k != item.key), None)
-        if rival is not None and not _beats(score, item.key, *rival):
+        rival = next(((b, k) for b, k in bounds if k not in taken and k != key), None)
+        if rival is not None and not _beats(score, key, *rival):
             break
-        ready.append(item.key)
-        taken.add(item.key)
+        ready.append(key)
+        taken.add(key)
     return ready

@@ -12,8 +12,6 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 
-import httpx
-
 from service.ranking.rrf import DEFAULT_K
 from service.ranking.tokens import TokenSigner
 from service.workspace.accounts import AccountManager
@@ -25,6 +23,7 @@ from service.workspace.model import ProviderId, QueryState
 from service.workspace.pager import Pager, PagerSettings
 from service.workspace.paging import ListState
 from service.workspace.plan import Limits, Plan, SearchRequest, Slot, build_plan
+from service.workspace.pool import PoolRegistry
 from service.workspace.providers import REGISTRY, ProviderSpec
 
 __all__ = ["EngineSettings", "WorkspaceEngine"]
@@ -45,6 +44,12 @@ class EngineSettings:
     default_timeout: float = 20.0  # call time budget when the caller sets no deadline
     deadline_reserve: float = 0.25  # seconds kept back from provider I/O to fuse and reply
     max_rounds_per_page: int = 3  # extra fetch rounds per page to make the order exact
+    # Provider page size is max(top_k, this): a list that ends within its first page needs
+    # no second round before the fused order is exact (each round costs a provider latency).
+    min_provider_page: int = 20
+    # Read the details of each list's first stubs (Gmail messages) while the other providers
+    # answer, sized to what a first page can take from one list; the rest are read on emit.
+    prefetch_details: bool = True
     max_queries: int = 32
 
     def limits(self) -> Limits:
@@ -76,13 +81,12 @@ class WorkspaceEngine:
         *,
         registry: Mapping[ProviderId, ProviderSpec] = REGISTRY,
         settings: EngineSettings = EngineSettings(),
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._accounts = accounts
         self._signer = signer
         self._registry = registry
         self._settings = settings
-        self._transport = transport
+        self._pools = PoolRegistry()
 
     async def list_accounts(
         self, tenant: str, provider: ProviderId | None = None
@@ -116,13 +120,18 @@ class WorkspaceEngine:
                 message=NO_ACCOUNT.format(provider=provider.value),
                 page_number=first_page,
             )
+        page_size = max(plan.top_k, self._settings.min_provider_page)
         runs = [
-            ListRun(slot, self._start(plan, slot), self._registry[slot.account.provider])
+            ListRun(slot, self._start(plan, slot, page_size), self._registry[slot.account.provider])
             for slot in plan.slots
         ]
+        if self._settings.prefetch_details and runs:
+            share = -(-plan.top_k // len(runs)) + 1  # ceil(top_k / lists) + 1
+            for run in runs:
+                run.prefetch = min(share, page_size)
         call = Call(
             tenant, snapshot, self._accounts, self._settings.fanout(),
-            self._provider_deadline(deadline), transport=self._transport,
+            self._provider_deadline(deadline), pools=self._pools,
         )
         try:
             pager = Pager(plan, runs, call, self._signer, self._registry, self._settings.pager())
@@ -132,6 +141,10 @@ class WorkspaceEngine:
         finally:
             await call.aclose()
 
+    async def aclose(self) -> None:
+        """Close the provider connections kept between calls."""
+        await self._pools.aclose()
+
     def _provider_deadline(self, deadline: float | None) -> float:
         now = asyncio.get_running_loop().time()
         end = deadline if deadline is not None else now + self._settings.default_timeout
@@ -139,7 +152,7 @@ class WorkspaceEngine:
         return end - reserve
 
     @staticmethod
-    def _start(plan: Plan, slot: Slot) -> ListState:
+    def _start(plan: Plan, slot: Slot, page_size: int) -> ListState:
         if plan.resume is not None:
             return plan.resume.lists[slot.index]
-        return slot.start or ListState(limit=plan.top_k)
+        return slot.start or ListState(limit=page_size)

@@ -15,14 +15,15 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
-import httpx
-
+from service import tracing
 from service.workspace.accounts import AccountManager, AccountSnapshot
-from service.workspace.http import AccountSession
+from service.workspace.http import AccountSession, HttpClient
 from service.workspace.lists import ListRun, Vote
-from service.workspace.model import Account, ProviderError, QueryState
+from service.workspace.model import Account, NativeDocument, ProviderError, QueryState
+from service.workspace.pool import PoolRegistry
+from service.workspace.providers import HydrateFn
 
-__all__ = ["Call", "FanoutSettings"]
+__all__ = ["Call", "FanoutSettings", "details"]
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +53,17 @@ class Call:
         settings: FanoutSettings,
         deadline: float,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        pools: PoolRegistry | None = None,
     ) -> None:
         self.deadline = deadline
         self._tenant = tenant
         self._snapshot = snapshot
         self._accounts = accounts
         self._settings = settings
-        self._transport = transport
+        self._pools = pools
         self._sessions: dict[str, AccountSession | ProviderError] = {}
         self._marked: set[str] = set()
+        self._tasks: set[asyncio.Task[NativeDocument | ProviderError]] = set()
         self._gate = asyncio.Semaphore(settings.account_concurrency)
 
     def time_left(self) -> float:
@@ -83,7 +85,12 @@ class Call:
                     await producer
 
     async def aclose(self) -> None:
-        """Close every session of the call."""
+        """Cancel detail reads still running and close every session of the call."""
+        pending = [t for t in self._tasks if not t.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        self._tasks.clear()
         sessions = [s for s in self._sessions.values() if isinstance(s, AccountSession)]
         self._sessions.clear()
         await asyncio.gather(*(s.aclose() for s in sessions), return_exceptions=True)
@@ -112,13 +119,14 @@ class Call:
         self, run: ListRun, queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
     ) -> None:
         votes: list[Vote] = []
+        tracing.mark_query(run.slot.query_index)  # for the provider request spans (no-op off)
         try:
             if run.http is None:
                 session = self._session(run.slot.account)
                 run.http = session.for_query(
                     budget=self._settings.query_budget, deadline=self.deadline
                 )
-            page = await run.spec.search(run.http, run.provider_query())
+            page = await run.search_fn()(run.http, run.provider_query())
         except ProviderError as error:
             run.fail(error)
         except Exception:
@@ -126,8 +134,20 @@ class Call:
             run.fail(ProviderError(QueryState.FAILED, UNEXPECTED))
         else:
             votes = run.accept(page)
+            self._prefetch(run, votes)
         await self._track_reconnect(run)
         queue.put_nowait((run, votes))
+
+    def _prefetch(self, run: ListRun, votes: Sequence[Vote]) -> None:
+        """Start reading the details of the list's first stubs, overlapping fusion's wait."""
+        hydrate = run.spec.hydrate
+        if hydrate is None or run.http is None or run.prefetch <= 0:
+            return
+        for vote in votes[: run.prefetch]:
+            if vote.doc.stub and vote.key not in run.prefetched:
+                task = asyncio.create_task(details(hydrate, run.http, vote.doc))
+                run.prefetched[vote.key] = task
+                self._tasks.add(task)
 
     def _session(self, account: Account) -> AccountSession:
         known = self._sessions.get(account.account_id)
@@ -146,7 +166,7 @@ class Call:
                 request_timeout=self._settings.request_timeout,
                 max_response_bytes=self._settings.max_response_bytes,
                 allow_insecure_http=self._settings.allow_insecure_http,
-                transport=self._transport,
+                pool=self._pools.pool(account, credentials) if self._pools else None,
             )
         except ProviderError as error:
             self._sessions[account.account_id] = error
@@ -167,3 +187,17 @@ class Call:
         except Exception:
             log.warning("could not record the reconnect state of account %s", account.account_id,
                         exc_info=True)
+
+
+async def details(
+    hydrate: HydrateFn, http: HttpClient, doc: NativeDocument
+) -> NativeDocument | ProviderError:
+    """A stub's complete document, or the error that prevented reading it."""
+    try:
+        return await hydrate(http, doc)
+    except ProviderError as error:
+        return error
+    except Exception:
+        log.exception("reading result details failed")
+        return ProviderError(QueryState.FAILED, UNEXPECTED)
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from service.workspace.model import (
 )
 from service.workspace.paging import FetchedPage, ListState, short_id
 from service.workspace.plan import Slot
-from service.workspace.providers import ProviderSpec
+from service.workspace.providers import ProviderSpec, SearchFn
 from service.workspace.providers._common import join_messages
 
 __all__ = ["PREVIEW_CHARS", "Fusion", "ListRun", "Vote", "fusion_key", "preview", "result_id"]
@@ -79,6 +80,8 @@ class ListRun:
         self.total: int | None = None
         self.total_is_exact = False
         self.contributed = start.emitted
+        self.prefetch = 0  # stubs whose details are read as soon as their page arrives
+        self.prefetched: dict[str, asyncio.Task[NativeDocument | ProviderError]] = {}
         self._undated = 0
         self._voted: set[str] = set()
 
@@ -94,6 +97,18 @@ class ListRun:
         if self._undated:
             extra.append(f"{self._undated} results without a date were excluded by the time range")
         return join_messages([*self.messages, *extra])
+
+    def search_fn(self) -> SearchFn:
+        """The adapter call for this list: stubs when the provider has them and no date recheck."""
+        if self.spec.search_stubs is not None and not self.slot.query.time_range.is_set:
+            return self.spec.search_stubs
+        return self.spec.search
+
+    def degrade(self, message: str) -> None:
+        """Note a problem that left the list's results usable but incomplete."""
+        self.partial = True
+        if message not in self.messages:
+            self.messages.append(message)
 
     def provider_query(self) -> ProviderQuery:
         """The provider query for the next page of this list."""
@@ -178,6 +193,15 @@ class Fusion:
     def candidates(self) -> dict[str, list[rrf.Contribution]]:
         """Fused results seen but not yet emitted, with their votes."""
         return {k: v for k, v in self._votes.items() if self._short[k] not in self.emitted}
+
+    def best(self, key: str) -> tuple[int, NativeDocument]:
+        """The list whose document represents a result (its best rank), and that document."""
+        best = min(self._votes[key], key=lambda c: (c.rank, c.list_index))
+        return best.list_index, self._docs[key][best.list_index]
+
+    def replace(self, key: str, list_index: int, doc: NativeDocument) -> None:
+        """Swap in a completed document (a hydrated stub)."""
+        self._docs[key][list_index] = doc
 
     def take(self, key: str) -> tuple[list[rrf.Contribution], NativeDocument, int]:
         """Mark a result emitted; its votes, best document and the list of that document."""

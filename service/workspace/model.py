@@ -120,6 +120,7 @@ class NativeDocument:
         None  # calendar events: scheduled start (the date filters use)
     )
     dedupe_key: str = ""  # identity across calendars/sites; empty = use url, then id
+    stub: bool = False  # identity only; the provider's `hydrate` reads the rest when emitted
 
     @property
     def source_date(self) -> datetime | None:

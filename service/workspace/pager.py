@@ -6,6 +6,10 @@ term are read one provider page further, within the per-page round limit, the re
 and the deadline; when those run out the best results so far are emitted and the page says
 `ranking_is_exact = false`.
 
+Results a provider listed as stubs (identity only: Gmail message ids) are completed just
+before they are emitted, from reads the fan-out started early for each list's first stubs or
+read then; a stub whose details cannot be read is still emitted, and its query is partial.
+
 Statuses: each (query, account) gets one status as its first fetch of the call settles;
 before each page, a fresh status is streamed for every list whose status changed (result
 count, cursor, state), tagged with that page's number. The last status received for a
@@ -14,6 +18,7 @@ count, cursor, state), tagged with that page's number. The last status received 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
@@ -28,10 +33,10 @@ from service.workspace.events import (
     ResultContribution,
     SearchEvent,
 )
-from service.workspace.fanout import Call
+from service.workspace.fanout import Call, details
 from service.workspace.guidance import ProviderCard, cards_for
 from service.workspace.lists import Fusion, ListRun, preview
-from service.workspace.model import ProviderId, QueryState
+from service.workspace.model import NativeDocument, ProviderError, ProviderId, QueryState
 from service.workspace.paging import (
     ListState,
     PageState,
@@ -74,6 +79,7 @@ class Pager:
         self._fusion = Fusion(settings.rrf_k, resume.emitted if resume else ())
         self._page_number = resume.page_number if resume else 1
         self._sent: dict[int, QueryStatus] = {}
+        self._cursors: dict[int, tuple[ListState, str]] = {}
 
     async def events(self) -> AsyncGenerator[SearchEvent]:
         """Statuses as lists settle, then up to `max_pages` fused pages."""
@@ -119,8 +125,38 @@ class Pager:
                 best_effort = best_effort or bool(ready)
             if not ready:
                 break
+            await self._hydrate(ready)
             results.extend(self._take(key) for key in ready)
         return results, best_effort
+
+    async def _hydrate(self, keys: Sequence[str]) -> None:
+        """Complete the stub documents of results about to be emitted, concurrently."""
+        jobs = []
+        for key in keys:
+            list_index, doc = self._fusion.best(key)
+            run = self._runs[list_index]
+            if doc.stub and run.spec.hydrate is not None and run.http is not None:
+                jobs.append((key, list_index, run, doc))
+        if not jobs:
+            return
+        done = await asyncio.gather(
+            *(self._hydrate_one(key, run, doc) for key, _, run, doc in jobs)
+        )
+        for (key, list_index, _, _), doc in zip(jobs, done, strict=True):
+            self._fusion.replace(key, list_index, doc)
+
+    async def _hydrate_one(self, key: str, run: ListRun, doc: NativeDocument) -> NativeDocument:
+        assert run.spec.hydrate is not None
+        assert run.http is not None
+        started = run.prefetched.pop(key, None)
+        if started is not None:
+            outcome = await started
+        else:
+            outcome = await details(run.spec.hydrate, run.http, doc)
+        if isinstance(outcome, ProviderError):
+            run.degrade(f"details of some results could not be read: {outcome.message}")
+            return doc
+        return outcome
 
     def _may_fetch(self, rounds: int) -> bool:
         return (
@@ -177,12 +213,19 @@ class Pager:
         return token
 
     def _cursor(self, run: ListRun) -> str:
+        """The list's signed cursor (signed again only when its resume state moved)."""
+        state = self._resume(run)
+        known = self._cursors.get(run.slot.index)
+        if known is not None and known[0] == state:
+            return known[1]
         slot = run.slot
         binding = cursor_binding(
             self._plan.tenant, slot.account.provider, slot.account.account_id, slot.query.text,
             slot.query.kind, slot.query.time_range, slot.query.project,
         )
-        return encode_cursor(self._signer, binding, self._resume(run))
+        cursor = encode_cursor(self._signer, binding, state)
+        self._cursors[run.slot.index] = (state, cursor)
+        return cursor
 
     def _status(self, run: ListRun) -> QueryStatus:
         slot = run.slot

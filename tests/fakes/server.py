@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import socket
 import struct
@@ -44,17 +45,18 @@ class Request:
     headers: dict[str, str]
     body: bytes
 
-    @property
+    # Parsed once per request (handlers read several parameters; benchmarks send thousands).
+    @functools.cached_property
     def path(self) -> str:
         """Decoded path without the query string."""
-        return unquote(urlsplit(self.target).path)
+        return unquote(self.raw_path)
 
-    @property
+    @functools.cached_property
     def raw_path(self) -> str:
         """Path as sent (percent-encoding kept)."""
         return urlsplit(self.target).path
 
-    @property
+    @functools.cached_property
     def query(self) -> dict[str, list[str]]:
         """Query parameters (repeated keys kept)."""
         return parse_qs(urlsplit(self.target).query, keep_blank_values=True)
@@ -115,7 +117,7 @@ class FakeHttpServer:
         self.requests: Counter[str] = Counter()
         self.log: list[Request] = []
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.port = 0
 
     @property
@@ -132,11 +134,13 @@ class FakeHttpServer:
         """Stop listening and drop open connections."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        # Idle keep-alive connections (clients pool them across calls) end on EOF; a request
+        # still being answered is cancelled.
+        for task, writer in list(self._connections.items()):
+            writer.transport.abort()
             task.cancel()
-        for task in list(self._connections):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._connections:
+            await asyncio.wait(list(self._connections))
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -158,13 +162,15 @@ class FakeHttpServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = writer
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            pass  # stop(): end quietly (asyncio logs a handler task that ends cancelled)
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()

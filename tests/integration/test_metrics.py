@@ -12,10 +12,17 @@ from pathlib import Path
 import grpc
 import pytest
 
+from benchmarks.reliability.world import server_env
 from service.embeddings.deterministic import DeterministicEmbedder
+from service.pb.search.v1 import accounts_pb2 as apb
+from service.pb.search.v1 import accounts_pb2_grpc as agrpc
+from service.pb.search.v1 import common_pb2 as cpb
 from service.pb.search.v1 import index_pb2, index_pb2_grpc
 from service.pb.search.v1 import project_search_pb2 as spb
 from service.pb.search.v1 import project_search_pb2_grpc as sgrpc
+from service.pb.search.v1 import workspace_search_pb2 as wpb
+from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from tests.fakes.suite import FakeProviders
 from tests.support.pg import fresh_database
 from tests.support.server import channel_to, running_server
 
@@ -105,3 +112,26 @@ async def test_postgres_pool_gauges(tmp_path: Path, request: pytest.FixtureReque
         assert _value(text, "search_db_pool_connections") >= 1.0
         assert _value(text, 'search_db_reads_total{backend="replica"}') == 0.0
         assert await _value_when(app.metrics_port, "search_index_chunks_pending", 0.0) == 0.0
+
+
+async def test_provider_queries_by_final_state(tmp_path: Path, fakes: FakeProviders) -> None:
+    fakes.slack.add_message("C1", "general", "100.000000", "metrics quasar")
+    env = server_env(fakes) | METRICS
+    async with running_server(tmp_path, env) as app, channel_to(app) as channel:
+        await agrpc.AccountServiceStub(channel).ConnectAccount(
+            apb.ConnectAccountRequest(provider=cpb.PROVIDER_SLACK, display_name="s",
+                                      credentials=apb.Credentials(token=fakes.slack.token))
+        )
+        fakes.slack.fail_status(500, times=1)
+        request = wpb.SearchWorkspaceRequest(queries=[
+            wpb.NativeQuery(provider=cpb.PROVIDER_SLACK, text="nothing here"),
+            wpb.NativeQuery(provider=cpb.PROVIDER_SLACK, text="metrics quasar"),
+        ])
+        stub = wgrpc.WorkspaceSearchServiceStub(channel)
+        messages = [m async for m in stub.SearchWorkspace(request)]
+        assert any(m.HasField("page") for m in messages)
+        text = await asyncio.to_thread(_scrape, app.metrics_port)
+    # One query met the 500 and failed, the other answered: each counted once, as it settled.
+    ok = _value(text, 'search_provider_queries_total{provider="slack",state="ok"}')
+    failed = _value(text, 'search_provider_queries_total{provider="slack",state="failed"}')
+    assert (ok, failed) == (1.0, 1.0)

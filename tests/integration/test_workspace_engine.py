@@ -15,7 +15,7 @@ from service.workspace.lists import fusion_key, result_id
 from service.workspace.model import Kind, NativeDocument, ProviderId, QueryState
 from service.workspace.plan import NativeQuery
 from tests.fakes.suite import FakeProviders
-from tests.integration.workspace_support import World
+from tests.integration.workspace_support import World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures", "tests.integration.workspace_fixtures"]
 
@@ -105,6 +105,7 @@ async def test_paging_five_pages_equals_fusing_the_complete_lists(exact_world: W
 
 
 async def test_best_effort_pages_still_never_skip_or_repeat(world: World) -> None:
+    world = build_world(world.fakes, world.store, min_provider_page=1)  # pages of top_k
     account = await world.connect(SLACK)
     seed_slack(world.fakes)
     lists = [complete_list(world.fakes, account, word) for word in WORDS]

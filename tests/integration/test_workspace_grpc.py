@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +88,10 @@ async def serving(fakes: FakeProviders, data_dir: Path) -> AsyncIterator[Client]
     store = SqliteStore(data_dir / "search.sqlite3", None)
     await store.open()
     overrides = ",".join(f"{f.name}={f.base_url}" for f in fakes.all() if f.name != "fake")
+    closers: list[Callable[[], Awaitable[None]]] = []
     servicers = build_workspace_servicers(
         settings, store, TokenSigner(b"g" * 32), allow_insecure_http=True,
-        base_url_overrides=parse_base_urls(overrides), max_rounds_per_page=12,
+        base_url_overrides=parse_base_urls(overrides), max_rounds_per_page=12, closers=closers,
     )
     server = grpc.aio.server(interceptors=[ServiceInterceptor(Authenticator(AUTH), 64)])
     pb_grpc.add_WorkspaceSearchServiceServicer_to_server(
@@ -105,6 +106,8 @@ async def serving(fakes: FakeProviders, data_dir: Path) -> AsyncIterator[Client]
                          apb_grpc.AccountServiceStub(channel))
     finally:
         await server.stop(0)
+        for close in closers:
+            await close()
         await store.close()
 
 

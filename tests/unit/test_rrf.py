@@ -131,3 +131,14 @@ def test_ready_keys_respects_limit() -> None:
     candidates = rrf.collect([["a", "b", "c"]])
     assert rrf.ready_keys(candidates, {}, 2) == ["a", "b"]
     assert rrf.best_keys(candidates, 0) == []
+
+
+def test_equal_sums_of_different_terms_tie_on_the_key() -> None:
+    # k = 0: x scores 1/2 + 1/6, y scores 1/3 + 1/3; equal sums of different terms, so the
+    # near-tie is settled exactly, then by key.
+    lists = [["p", "x"], ["q1", "q2", "q3", "q4", "q5", "x"], ["r1", "r2", "y"], ["s1", "s2", "y"]]
+    keys = [item.key for item in rrf.fuse(lists, 0)]
+    assert keys.index("x") + 1 == keys.index("y")
+    flipped = [[key.replace("x", "z") for key in keys_] for keys_ in lists]  # z sorts after y
+    keys = [item.key for item in rrf.fuse(flipped, 0)]
+    assert keys.index("y") + 1 == keys.index("z")

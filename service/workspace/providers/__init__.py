@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from service.workspace.http import HttpClient
-from service.workspace.model import Kind, ProviderId, ProviderPage, ProviderQuery, QueryCard
+from service.workspace.model import (
+    Kind,
+    NativeDocument,
+    ProviderId,
+    ProviderPage,
+    ProviderQuery,
+    QueryCard,
+)
 from service.workspace.providers import (
     confluence,
     github,
@@ -23,9 +30,10 @@ from service.workspace.providers import (
 )
 from service.workspace.providers._common import check_card
 
-__all__ = ["REGISTRY", "ProviderSpec", "SearchFn", "check_registry"]
+__all__ = ["REGISTRY", "HydrateFn", "ProviderSpec", "SearchFn", "check_registry"]
 
 SearchFn = Callable[[HttpClient, ProviderQuery], Awaitable[ProviderPage]]
+HydrateFn = Callable[[HttpClient, NativeDocument], Awaitable[NativeDocument]]
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,10 @@ class ProviderSpec:
     max_text_length: int
     default_base_url: str
     search: SearchFn
+    # Optional two-step search: `search_stubs` lists results as stubs (identity only) and
+    # `hydrate` completes one when it is emitted; used when no time range needs each date.
+    search_stubs: SearchFn | None = None
+    hydrate: HydrateFn | None = None
 
 
 def check_registry(registry: Mapping[ProviderId, ProviderSpec]) -> None:
@@ -51,6 +63,8 @@ def check_registry(registry: Mapping[ProviderId, ProviderSpec]) -> None:
         if not isinstance(spec.card, QueryCard):
             raise ValueError(f"provider {provider_id.value!r} has no query card")
         check_card(provider_id.value, spec.card)
+        if (spec.search_stubs is None) != (spec.hydrate is None):
+            raise ValueError(f"provider {provider_id.value!r} needs both search_stubs and hydrate")
         if spec.max_text_length <= 0:
             raise ValueError(f"provider {provider_id.value!r} needs a positive max_text_length")
 
@@ -96,6 +110,8 @@ REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
             gmail.MAX_TEXT_LENGTH,
             gmail.DEFAULT_BASE_URL,
             gmail.search,
+            search_stubs=gmail.search_ids,
+            hydrate=gmail.hydrate,
         ),
         ProviderId.GOOGLE_CALENDAR: ProviderSpec(
             ProviderId.GOOGLE_CALENDAR,

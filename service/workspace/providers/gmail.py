@@ -51,6 +51,7 @@ LIST_PATH = "/gmail/v1/users/me/messages"
 MAX_RESULTS = 20
 DETAIL_CONCURRENCY = 10
 DETAIL_FIELDS = "id,threadId,labelIds,snippet,internalDate,payload/headers"
+UNREAD_TITLE = "(message details unavailable)"
 
 
 def build_q(query: ProviderQuery) -> str:
@@ -99,6 +100,18 @@ def parse_list(data: Any) -> tuple[list[str], str | None, int | None]:
     )
 
 
+def message_url(message_id: str) -> str:
+    """The Gmail web link of a message (also its identity in fusion)."""
+    return f"https://mail.google.com/mail/u/0/#all/{message_id}"
+
+
+def stub(message_id: str) -> NativeDocument:
+    """A listed message before its metadata is read (see `hydrate`)."""
+    return NativeDocument(
+        id=message_id, title=UNREAD_TITLE, url=message_url(message_id), kind="message", stub=True
+    )
+
+
 def parse_message(data: Any) -> NativeDocument:
     """A message metadata answer as a document."""
     body = as_dict(data)
@@ -110,7 +123,7 @@ def parse_message(data: Any) -> NativeDocument:
     return NativeDocument(
         id=message_id,
         title=headers.get("subject") or "(No subject)",
-        url=f"https://mail.google.com/mail/u/0/#all/{message_id}",
+        url=message_url(message_id),
         content=html.unescape(text(body.get("snippet"))),
         kind="message",
         container=text(body.get("threadId")),
@@ -143,3 +156,27 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         partial=bool(errors),
         message=join_messages(errors),
     )
+
+
+async def search_ids(http: HttpClient, query: ProviderQuery) -> ProviderPage:
+    """`messages.list` only: message stubs, whose metadata `hydrate` reads once emitted.
+
+    Fused pages show a few of the listed messages, so reading every one's metadata up front
+    (a request each) is mostly wasted; the engine uses this when no time range must be
+    rechecked against each message's date.
+    """
+    path, params = build_request(query)
+    ids, next_token, estimate = parse_list(await http.get_json(path, params=params))
+    return ProviderPage(
+        tuple(stub(mid) for mid in ids),
+        next_cursor=next_token,
+        total=estimate,
+        total_is_exact=False,
+    )
+
+
+async def hydrate(http: HttpClient, document: NativeDocument) -> NativeDocument:
+    """The message behind a stub, with subject, sender, snippet and date."""
+    path, params = detail_request(document.id)
+    full = parse_message(await http.get_json(path, params=params))
+    return full if full.id == document.id else document

@@ -203,7 +203,9 @@ async def _plan(http: HttpClient, query: ProviderQuery) -> tuple[dict[str, str |
     if query.cursor:
         return dict(decode_cursor_map(query.cursor)), ""
     path, params = calendar_list_request()
-    ids, more = parse_calendar_list(await http.get_json(path, params=params))
+    # The calendar list is shared by the account's queries and kept for the memo TTL, like
+    # GitLab's projects and the Atlassian sites: one list round trip, not one per query.
+    ids, more = parse_calendar_list(await http.get_json_memo(path, params=params))
     note = (
         f"only the first {MAX_CALENDARS} calendars were searched; set project to search another"
         if more

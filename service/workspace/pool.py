@@ -1,0 +1,174 @@
+"""Provider connections kept between calls: one aiohttp pool per account, and its memo.
+
+An `AccountPool` holds an account's keep-alive connections, its aiohttp session and the memo
+of answers its queries share (site lists, member projects, calendar lists), so later calls
+skip TCP (and TLS) set-up and those round trips. `PoolRegistry` keeps one per (account,
+origin, credential) for an engine; close it with `aclose`. An engine dropped without closing
+drops its connections when collected (no unclosed-resource warnings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import hashlib
+import ssl
+import time
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import aiohttp
+import httpx
+
+from service.workspace.model import Account, Credentials, ProviderId
+
+__all__ = [
+    "BASIC_AUTH_PROVIDERS",
+    "AccountPool",
+    "PoolRegistry",
+    "auth_header",
+    "client_session",
+]
+
+BASIC_AUTH_PROVIDERS = frozenset({ProviderId.JIRA, ProviderId.CONFLUENCE})
+_USER_AGENT = "search-service/0.1 (+workspace search)"
+_MEMO_TTL_SECONDS = 300.0
+_CONNECTIONS_PER_ACCOUNT = 64
+_KEEPALIVE_SECONDS = 10.0  # below common server idle timeouts, so few pooled sockets go stale
+_NO_TIMERS = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
+_MAX_POOLS = 1024  # accounts whose connections an engine keeps (least recently used go)
+
+
+def auth_header(provider: ProviderId, credentials: Credentials) -> str:
+    """The Authorization header value for the account's credentials."""
+    if credentials.username and provider in BASIC_AUTH_PROVIDERS:
+        pair = f"{credentials.username}:{credentials.token}".encode()
+        return "Basic " + base64.b64encode(pair).decode("ascii")
+    return f"Bearer {credentials.token}"
+
+
+@functools.cache
+def _shared_ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context for every session (loading the CA bundle costs ~20 ms)."""
+    return httpx.create_ssl_context()
+
+
+def _abort_connector(connector: aiohttp.BaseConnector) -> None:
+    """Drop a connector's idle connections without awaiting (garbage collection, shutdown)."""
+    if connector.closed:
+        return
+    close = getattr(connector, "_close", None)
+    if close is None:
+        return
+    with contextlib.suppress(RuntimeError):  # a closed event loop: the sockets go with it
+        close()
+
+
+def client_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+    """An aiohttp session over `connector` (which it does not own) that never resends."""
+    client = aiohttp.ClientSession(
+        connector=connector,
+        connector_owner=False,
+        headers={"User-Agent": _USER_AGENT},
+        auto_decompress=False,  # no Accept-Encoding is sent; bodies are read as sent
+        trust_env=False,  # no proxies or .netrc credentials from the environment
+        skip_auto_headers=("Accept-Encoding",),
+        timeout=_NO_TIMERS,  # every request runs under the query's asyncio.timeout
+    )
+    # aiohttp resends an idempotent request once after a reset; every provider request must
+    # count against the query's budget exactly once, so never resend.
+    client._retry_connection = False
+    return client
+
+
+class AccountPool:
+    """What may outlive one call for one account: its connections and memoised answers."""
+
+    def __init__(self) -> None:
+        self._connector: aiohttp.TCPConnector | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._memo: dict[str, tuple[float, Any]] = {}
+        self._memo_locks: dict[str, asyncio.Lock] = {}
+
+    def connector(self) -> aiohttp.TCPConnector:
+        """The account's keep-alive connection pool on the running loop."""
+        loop = asyncio.get_running_loop()
+        if self._connector is None or self._connector.closed or self._loop is not loop:
+            if self._connector is not None:
+                _abort_connector(self._connector)
+            self._memo_locks.clear()
+            self._loop = loop
+            self._connector = aiohttp.TCPConnector(
+                limit=_CONNECTIONS_PER_ACCOUNT,
+                ssl=_shared_ssl_context(),
+                keepalive_timeout=_KEEPALIVE_SECONDS,
+            )
+            self._client = None
+            # Closing the connector also marks the session closed, so neither warns when an
+            # engine that was never closed is collected.
+            weakref.finalize(self, _abort_connector, self._connector)
+        return self._connector
+
+    def client(self) -> aiohttp.ClientSession:
+        """The account's aiohttp session over its pool (kept across calls)."""
+        connector = self.connector()
+        if self._client is None or self._client.closed:
+            self._client = client_session(connector)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        connector, self._connector = self._connector, None
+        if connector is not None and not connector.closed:
+            await connector.close()
+        self._client = None  # after the connector: a session over an open one warns when freed
+
+    def memo_get(self, key: str) -> Any | None:
+        """A cached answer younger than the memo TTL, or None."""
+        hit = self._memo.get(key)
+        if hit is None or time.monotonic() - hit[0] > _MEMO_TTL_SECONDS:
+            return None
+        return hit[1]
+
+    def memo_put(self, key: str, value: Any) -> None:
+        """Remember an answer for the memo TTL."""
+        self._memo[key] = (time.monotonic(), value)
+
+    def memo_lock(self, key: str) -> asyncio.Lock:
+        """One lock per memo key, so concurrent queries fetch a shared answer once."""
+        return self._memo_locks.setdefault(key, asyncio.Lock())
+
+
+class PoolRegistry:
+    """One AccountPool per (account, origin, credential), kept across calls; `aclose` at exit."""
+
+    def __init__(self, max_pools: int = _MAX_POOLS) -> None:
+        self._pools: OrderedDict[str, AccountPool] = OrderedDict()
+        self._max = max_pools
+
+    def pool(self, account: Account, credentials: Credentials) -> AccountPool:
+        """The account's pool (a new credential or base URL gets a new one)."""
+        secret = auth_header(account.provider, credentials).encode()
+        key = "\x1f".join((
+            account.account_id, account.base_url, hashlib.sha256(secret).hexdigest()
+        ))
+        found = self._pools.get(key)
+        if found is not None:
+            self._pools.move_to_end(key)
+            return found
+        created = self._pools[key] = AccountPool()
+        while len(self._pools) > self._max:
+            _, evicted = self._pools.popitem(last=False)
+            if evicted._connector is not None:
+                _abort_connector(evicted._connector)
+        return created
+
+    async def aclose(self) -> None:
+        """Close every pool."""
+        pools = list(self._pools.values())
+        self._pools.clear()
+        await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)
