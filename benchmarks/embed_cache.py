@@ -67,6 +67,10 @@ class CachingEmbedder:
                 self._db.executemany(_INSERT, rows)
         return [v for v in found if v is not None]
 
+    async def warmup(self) -> None:
+        """Warm up the wrapped embedder."""
+        await self.inner.warmup()
+
     async def aclose(self) -> None:
         """Close the cache file and the wrapped embedder."""
         self._db.close()

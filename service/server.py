@@ -102,6 +102,7 @@ class App:
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
     _probe_task: asyncio.Task[None] | None = None
     _backlog_task: asyncio.Task[None] | None = None
+    _warmup_task: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -113,15 +114,41 @@ class App:
         """Start serving; "" is liveness, the service names follow readiness."""
         await self.server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        if self.components.get("embedder") is not None:
+            self._warmup_task = asyncio.create_task(self._warm_up())
+            # A quick load is ready at once; a slow one turns ready when it finishes.
+            await asyncio.wait({self._warmup_task}, timeout=self.settings.readiness_interval)
         await self._probe_once()
         self._probe_task = asyncio.create_task(self._probe_forever())
         if "metrics" in self.components and "store" in self.components:
             self._backlog_task = asyncio.create_task(self._count_backlog_forever())
 
+    async def _warm_up(self) -> None:
+        """Load the embedding model; readiness waits for it (liveness does not)."""
+        try:
+            await self.components["embedder"].warmup()
+        except Exception:
+            log.exception("the embedding model could not load: not ready (retried each probe)")
+            raise
+        if self._probe_task is not None and not self._stopped.is_set():
+            # Loaded after start() stopped waiting: say so now, not at the next probe.
+            await self._probe_once()
+
+    def _model_ready(self) -> bool:
+        task = self._warmup_task
+        if task is None:
+            return True
+        if not task.done():
+            return False
+        if task.cancelled() or task.exception() is not None:
+            self._warmup_task = asyncio.create_task(self._warm_up())
+            return False
+        return True
+
     async def _probe_once(self) -> None:
         store = self.components.get("store")
-        ready = True
-        if store is not None:
+        ready = self._model_ready()
+        if ready and store is not None:
             try:
                 await asyncio.wait_for(store.ping(), timeout=self.settings.readiness_interval)
             except Exception:
@@ -155,7 +182,7 @@ class App:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        for task in (self._probe_task, self._backlog_task):
+        for task in (self._probe_task, self._backlog_task, self._warmup_task):
             if task is not None:
                 task.cancel()
         await self.health.enter_graceful_shutdown()

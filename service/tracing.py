@@ -247,6 +247,10 @@ class TracedEmbedder:
         with span("embed", **attributes):
             return await self.inner.embed(texts)
 
+    async def warmup(self) -> None:
+        """Warm up the wrapped embedder."""
+        await self.inner.warmup()
+
     async def aclose(self) -> None:
         """Close the wrapped embedder."""
         await self.inner.aclose()

@@ -53,6 +53,10 @@ class Embedder(Protocol):
         """One vector per text, in input order, each with L2 norm 1."""
         ...
 
+    async def warmup(self) -> None:
+        """Load what the first `embed` would (readiness waits for it); raise if it cannot."""
+        ...
+
     async def aclose(self) -> None:
         """Release clients, threads or memory held by the embedder."""
         ...
@@ -104,6 +108,10 @@ class CountingEmbedder:
         """Forget the counts, e.g. after indexing and before the requests under test."""
         self.calls = 0
         self.texts.clear()
+
+    async def warmup(self) -> None:
+        """Warm up the wrapped embedder."""
+        await self.inner.warmup()
 
     async def aclose(self) -> None:
         """Close the wrapped embedder."""

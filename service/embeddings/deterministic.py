@@ -94,6 +94,10 @@ class DeterministicEmbedder:
         matrix = counts.astype(np.float32).reshape(len(texts), self._dimensions)
         return normalize_rows(matrix)
 
+    async def warmup(self) -> None:
+        """Nothing to load."""
+        return None
+
     async def aclose(self) -> None:
         """Forget the token-hash cache."""
         self._cache.clear()

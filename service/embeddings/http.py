@@ -118,6 +118,10 @@ class OpenAIEmbedder:
             out.extend(normalize_rows(await self._embed_batch(chunk)).tolist())
         return out
 
+    async def warmup(self) -> None:
+        """Nothing to load: the model is remote, and each call reports its own failures."""
+        return None
+
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
         await self._client.aclose()

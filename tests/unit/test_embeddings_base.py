@@ -30,6 +30,9 @@ class _FailingEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         raise EmbeddingError("backend down", retry_after=2.0)
 
+    async def warmup(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 
