@@ -1,4 +1,4 @@
-"""`python -m benchmarks all|index|latency|load|scale|seed|relevance|fanout|report`."""
+"""`python -m benchmarks all|index|latency|load|scale|seed|relevance|fanout|scaleout|report`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from benchmarks.beir import DEFAULT_COLLECTION
 from benchmarks.plan import Plan, run_plan
 from benchmarks.workbench import STORES, log
 
-COMMANDS = ("all", "index", "latency", "load", "scale", "seed", "relevance", "fanout", "report")
+COMMANDS = ("all", "index", "latency", "load", "scale", "seed", "relevance", "fanout", "scaleout",
+            "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-embed-cache", action="store_true",
                         help="relevance: embed the collection again instead of reusing vectors "
                              "cached by an earlier run (benchmarks/.cache)")
-    parser.add_argument("--with-1m", action="store_true", help="scale: also grow to 1M chunks")
+    parser.add_argument("--with-1m", action="store_true",
+                        help="scale and scaleout: also grow to 1M chunks")
     parser.add_argument("--out", default="", help="directory for results.json and RESULTS.md "
                                                  "(default: benchmarks/)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (harness check)")

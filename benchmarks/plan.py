@@ -70,7 +70,8 @@ class Plan:
         if unknown:
             raise SystemExit(f"unknown store {unknown[0]!r}")
         out = Path(args.out) if args.out else HERE
-        wanted = ("index", *CORPUS_BENCHMARKS, "relevance", "fanout") if args.command == "all" \
+        everything = ("index", *CORPUS_BENCHMARKS, "relevance", "fanout", "scaleout")
+        wanted = everything if args.command == "all" \
             else (() if args.command == "report" else (args.command,))
         return cls(
             command=args.command,
@@ -132,6 +133,7 @@ async def run_plan(plan: Plan) -> list[str]:
         (CORPUS_BENCHMARKS, lambda: _corpus_benchmarks(bench, plan, recorder)),
         (("relevance",), lambda: _relevance(bench, plan, recorder)),
         (("fanout",), lambda: _fanout(plan, recorder)),
+        (("scaleout",), lambda: _scaleout(bench, plan, recorder)),
     ]
     failed: list[str] = []
     try:
@@ -159,6 +161,16 @@ async def _fanout(plan: Plan, recorder: Recorder) -> None:
     log("== fanout")
     recorder.save("fanout", await fanout.measure(plan.sizes.fanout_searches,
                                                  inprocess=plan.options.inprocess))
+
+
+async def _scaleout(bench: Workbench, plan: Plan, recorder: Recorder) -> None:
+    from benchmarks import scaleout
+
+    log("== scaleout" + (" (with 1M chunks)" if plan.with_1m else ""))
+    sizes = scaleout.ScaleoutSizes.smoke() if plan.options.smoke else scaleout.ScaleoutSizes()
+    # With --with-1m the 100k-chunk part is saved first: the 1M growth takes a long time.
+    recorder.save("scaleout", await scaleout.measure(
+        bench, sizes, with_1m=plan.with_1m, save=lambda part: recorder.save("scaleout", part)))
 
 
 async def _index(bench: Workbench, plan: Plan, recorder: Recorder) -> None:

@@ -155,6 +155,12 @@ def render_fanout(data: Any) -> str:
     return "\n\n".join(parts)
 
 
+def _render_scaleout(data: Any) -> str:
+    from benchmarks.scaleout_report import render_scaleout  # it imports this module
+
+    return render_scaleout(data)
+
+
 SECTIONS: dict[str, tuple[str, str, Callable[[Any], str]]] = {
     "index": ("Indexing throughput (issue 3)",
               "UpsertDocuments through the server, empty database per row, 2 concurrent "
@@ -180,6 +186,9 @@ SECTIONS: dict[str, tuple[str, str, Callable[[Any], str]]] = {
     "fanout": ("Workspace fan-out (issue 5)",
                "8 accounts (one per provider) x 4 queries against the fake providers, each "
                "answering after 20 ms.", render_fanout),
+    "scaleout": ("Scale-out (issue 9)",
+                 "Service replicas over one PostgreSQL, and hash partitions by project "
+                 "(SEARCH_PG_PARTITIONS); deterministic 384-d vectors.", _render_scaleout),
 }
 
 

@@ -62,7 +62,9 @@ async def _rebuild_ann(conn: asyncpg.Connection) -> None:
     await conn.execute("UPDATE vectors SET ann = true WHERE state = 'ready' AND NOT ann")
     await conn.execute("SET maintenance_work_mem = '1GB'")
     for row in rows:
-        await conn.execute(row["indexdef"])
+        # On a partitioned table pg_indexes says `ON ONLY vectors`: that would build an empty
+        # parent index and none on the partitions, so build it on the partitions too.
+        await conn.execute(row["indexdef"].replace(" ON ONLY ", " ON "))
 
 
 def log(message: str) -> None:

@@ -169,3 +169,29 @@ async def test_a_failing_benchmark_is_recorded_and_the_rest_still_runs(tmp_path:
     stored = json.loads(plan.json_path.read_text())["benchmarks"]["relevance"]["data"]
     assert "FileNotFoundError" in stored["error"]
     assert "**Failed:** `FileNotFoundError" in plan.markdown_path.read_text()
+
+
+async def test_scaleout_measures_replicas_partitions_and_pruning(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    plan = _plan(tmp_path, "scaleout", pg_dsn)
+    assert await run_plan(plan) == []
+    data = json.loads(plan.json_path.read_text())["benchmarks"]["scaleout"]["data"]
+    assert [r["replicas"] for r in data["replicas"]] == [1, 2]
+    for row in data["replicas"]:
+        assert row["ok"] > 0
+        assert not row["errors"]
+        assert len(row["calls_per_replica"]) == row["replicas"]  # round-robin reached each
+    assert {(r["partitions"], r["mode"]) for r in data["partitions"]} == {
+        (p, m) for p in (0, 1, 4) for m in MODES}
+    assert [r["setup"] for r in data["read_replica"]] == ["primary only", "primary + 1 standby"]
+    assert all(r["ok"] > 0 and not r["errors"] for r in data["read_replica"])
+    # Every partition carries its own HNSW index after the rebuild (not an empty parent).
+    assert {r["partitions"]: r["hnsw_indexes"] for r in data["loads"]} == {0: 1, 1: 1, 4: 4}
+    four = [p for p in data["explain"] if p["partitions"] == 4]
+    assert {p["mode"] for p in four} == MODES
+    for probe in four:
+        for plan_kind in ("force_custom_plan", "force_generic_plan", "element_params_generic"):
+            assert probe[plan_kind]["partition_scans_executed"] >= 1
+        assert probe["auto"]["custom_plans"] + probe["auto"]["generic_plans"] >= 8
+    assert "## Scale-out (issue 9)" in plan.markdown_path.read_text()

@@ -30,11 +30,16 @@ class PoolSettings:
     # hnsw.ef_search is only the first batch: iterative scans keep going until LIMIT is met.
     hnsw_ef_search: int = 100
     hnsw_max_scan_tuples: int = 20_000
+    # Hash partitions by project: only a plan made for the call's scope prunes partitions
+    # (the scope is an array parameter, which a reused generic plan cannot prune).
+    custom_plans_only: bool = False
 
 
 def server_settings(settings: PoolSettings) -> dict[str, str]:
     """Session settings sent when each pool connection starts."""
+    extra = {"plan_cache_mode": "force_custom_plan"} if settings.custom_plans_only else {}
     return {
+        **extra,
         "application_name": "search-service",
         # JIT compilation costs tens of milliseconds and never pays off for these statements.
         "jit": "off",

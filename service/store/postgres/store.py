@@ -63,7 +63,10 @@ class PostgresStore:
         partitions: int = 0,
     ) -> None:
         self._settings = dataclasses.replace(
-            settings or PoolSettings(), min_size=min_size, max_size=max_size
+            settings or PoolSettings(),
+            min_size=min_size,
+            max_size=max_size,
+            custom_plans_only=partitions > 0,
         )
         self._dsn = dsn
         self._identity = identity
