@@ -152,7 +152,24 @@ def render_fanout(data: Any) -> str:
                             "HTTP requests per search"], per_provider))
     parts.append(f"Query states over the sequential searches: {data.get('states')}; "
                  f"mean fused results per call: {fmt(data.get('mean_results'))}.")
+    parts.extend(_fanout_cpu(data))
     return "\n\n".join(parts)
+
+
+def _fanout_cpu(data: Any) -> list[str]:
+    """The throughput sweep and where the CPU of a search goes (server, fakes, driver)."""
+    sweep = data.get("throughput_sweep") or []
+    if not sweep:
+        return []
+    names = sorted({name for row in sweep for name in row.get("cpu_ms_per_search", {})})
+    sequential = data.get("cpu_ms_per_search", {})
+    rows = [["1 (one call at a time)", "-", "-",
+             *(fmt(sequential.get(n), 1) for n in names)]]
+    rows += [[fmt(row["concurrency"]), fmt(row["searches_per_s"], 1), _triple(row["client"]),
+              *(fmt(row["cpu_ms_per_search"].get(n), 1) for n in names)] for row in sweep]
+    return ["Throughput by concurrent callers, and CPU milliseconds per search by process:",
+            table(["callers", "searches/s", "client p50 / p95 / p99 ms",
+                   *(f"{n} CPU ms" for n in names)], rows)]
 
 
 def _render_scaleout(data: Any) -> str:
