@@ -230,6 +230,16 @@ class AccountRecord:
 StatementHook = Callable[[str], None]
 
 
+def plan_span_attributes(plan: SearchPlan) -> dict[str, str | int]:
+    """What a retrieval span may say about its plan: no text, no vector, no filter values."""
+    return {
+        "search.mode": plan.mode.value,
+        "search.projects": len(plan.project_ids),
+        "search.limit": plan.limit,
+        "search.offset": plan.offset,
+    }
+
+
 def project_not_found(project_id: int) -> errors.NotFound:
     """The one NotFound for a project id that is missing or another tenant's (same text)."""
     return errors.NotFound(

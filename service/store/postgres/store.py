@@ -20,6 +20,7 @@ from service.store.base import (
     SearchPlan,
     StatementHook,
     StoreStats,
+    plan_span_attributes,
 )
 from service.store.postgres import accounts, projects
 from service.store.postgres import writes as write_path
@@ -32,16 +33,6 @@ from service.store.postgres.search import check_plan, run_search
 ADAPTER = "pgvector"
 PING = "SELECT 1"
 DB_SYSTEM = "postgresql"
-
-
-def _plan_attributes(plan: SearchPlan) -> dict[str, str | int]:
-    """What a retrieval span may say about its plan: no text, no vector, no filter values."""
-    return {
-        "search.mode": plan.mode.value,
-        "search.projects": len(plan.project_ids),
-        "search.limit": plan.limit,
-        "search.offset": plan.offset,
-    }
 
 
 class PostgresStore:
@@ -234,7 +225,7 @@ class PostgresStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         timeout = plan.timeout if plan.timeout is not None else self._search_timeout
-        with tracing.db_span(DB_SYSTEM, "search", **_plan_attributes(plan)):
+        with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
             if self._replicas is not None:
                 return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
             page = await self._db.run(lambda conn: run_search(conn, plan, timeout))

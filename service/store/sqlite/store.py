@@ -21,6 +21,7 @@ from service.store.base import (
     SearchPlan,
     StatementHook,
     StoreStats,
+    plan_span_attributes,
 )
 from service.store.sqlite import accounts, reads
 from service.store.sqlite import writes as write_path
@@ -32,16 +33,6 @@ from service.store.sqlite.search import check_plan, run_search
 DEFAULT_READERS = 4
 ADAPTER = "sqlite-vec"
 DB_SYSTEM = "sqlite"
-
-
-def _plan_attributes(plan: SearchPlan) -> dict[str, str | int]:
-    """What a retrieval span may say about its plan: no text, no vector, no filter values."""
-    return {
-        "search.mode": plan.mode.value,
-        "search.projects": len(plan.project_ids),
-        "search.limit": plan.limit,
-        "search.offset": plan.offset,
-    }
 
 
 class SqliteStore:
@@ -187,7 +178,7 @@ class SqliteStore:
             return SearchPage((), total, False, False, True)
         index, checker = self._index, self._checker
         self._reads += 1
-        with tracing.db_span(DB_SYSTEM, "search", **_plan_attributes(plan)):
+        with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
             return await self._readers.run(lambda conn: run_search(conn, plan, index, checker))
 
     def stats(self) -> StoreStats:
