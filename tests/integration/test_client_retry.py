@@ -36,6 +36,7 @@ class Script:
         self.code = grpc.StatusCode.UNAVAILABLE
         self.metadata: list[dict[str, str]] = []
         self.tokens: list[str] = []
+        self.max_pages: list[int] = []
         self.cut_after_first_page = False
         self.delay = 0.0
 
@@ -64,6 +65,7 @@ class Script:
     ) -> AsyncIterator[project_search_pb2.SearchProjectsResponse]:
         self.metadata.append(dict(context.invocation_metadata()))
         self.tokens.append(request.page_token)
+        self.max_pages.append(request.max_pages)
         number = 2 if request.page_token == "p2" else 1
         result = project_search_pb2.ProjectSearchResult(project_id=7, kind="note",
                                                         row_id=f"r{number}")
@@ -184,7 +186,7 @@ async def test_page_iterator_resumes_after_the_last_page_received(
     assert script.tokens == ["", "p2"]
 
 
-async def test_a_single_call_stream_is_not_replayed_after_a_page(
+async def test_a_single_call_stream_resumes_for_the_pages_still_owed(
     scripted: tuple[Script, str],
 ) -> None:
     script, target = scripted
@@ -196,9 +198,21 @@ async def test_a_single_call_stream_is_not_replayed_after_a_page(
             seen.append(page.page_number)
 
     async with AsyncSearchClient(target, retry=FAST) as client:
+        await read_all(client)
+    # Cut after page 1 of 2: the call resumes from page 1's token for the one page owed.
+    assert seen == [1, 2]
+    assert script.tokens == ["", "p2"]
+    assert script.max_pages == [2, 1]
+
+
+async def test_a_single_page_call_is_not_replayed_after_its_page(
+    scripted: tuple[Script, str],
+) -> None:
+    script, target = scripted
+    script.cut_after_first_page = True
+    async with AsyncSearchClient(target, retry=FAST) as client:
         with pytest.raises(UnavailableError):
-            await read_all(client)
-    assert seen == [1]
+            _ = [page async for page in client.search_projects([7], "x", max_pages=1)]
     assert script.tokens == [""]
 
 
@@ -231,3 +245,17 @@ async def test_sync_client_retries_and_follows_pages(scripted: tuple[Script, str
     assert projects == ["p7"]
     assert rows == ["r1", "r2"]
     assert script.tokens == ["", "p2"]
+
+
+async def test_sync_single_call_stream_resumes_for_the_pages_still_owed(
+    scripted: tuple[Script, str],
+) -> None:
+    script, target = scripted
+    script.cut_after_first_page = True
+
+    def run() -> list[int]:
+        with SearchClient(target, retry=FAST) as client:
+            return [p.page_number for p in client.search_projects([7], "x", max_pages=2)]
+
+    assert await asyncio.to_thread(run) == [1, 2]
+    assert script.max_pages == [2, 1]

@@ -60,22 +60,28 @@ async def stream_unary(
 
 async def server_stream(
     method: grpc.aio.UnaryStreamMultiCallable[Req, Resp],
-    request_for: Callable[[str], Req],
+    request_for: Callable[[str, int], Req],
     page_token: str,
     token_of: Callable[[Resp], str | None],
     follow: bool,
     new_spec: Callable[[], CallSpec],
     policy: RetryPolicy,
+    pages: int = 0,
 ) -> AsyncIterator[Resp]:
     """Stream responses; `token_of` gives the next-page token of a page-ending response.
 
-    With `follow`, a finished call is followed by a new one from the last token, and an
-    UNAVAILABLE call resumes from it. Without, only a call that delivered nothing is retried.
+    `request_for(token, delivered)` builds a call's request, `delivered` counting the pages
+    earlier calls of this stream returned. With `follow`, a finished call is followed by a new
+    one from the last token, and an UNAVAILABLE call resumes from it. Without, a call that
+    delivered nothing is retried, and one cut after some of its `pages` resumes from the last
+    token for the pages still owed (never a page twice; `pages` 0: no resumption).
     """
-    token, retry = page_token, 0
+    token, retry, delivered = page_token, 0, 0
     while True:
         spec = new_spec()  # a fresh deadline for every call
-        call = method(request_for(token), timeout=spec.timeout, metadata=spec.metadata)
+        call = method(
+            request_for(token, delivered), timeout=spec.timeout, metadata=spec.metadata
+        )
         received = advanced = False
         try:
             async for response in call:
@@ -83,11 +89,13 @@ async def server_stream(
                 next_token = token_of(response)
                 if next_token is not None:
                     token, retry, advanced = next_token, 0, True
+                    delivered += 1
                 yield response
         except grpc.aio.AioRpcError as error:
             failure = error_from_call(error, spec.request_id)
             retry += 1
-            delay = policy.next_delay(failure, retry) if follow or not received else None
+            owed = bool(token) and advanced and delivered < pages
+            delay = policy.next_delay(failure, retry) if follow or not received or owed else None
             if delay is None:
                 raise failure from error
             await asyncio.sleep(delay)

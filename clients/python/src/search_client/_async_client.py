@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -230,19 +231,26 @@ class AsyncSearchClient:
         max_pages: int = 1, include_chunks: bool = False, min_similarity: float = 0.0,
         timeout: float | None = None, request_id: str | None = None, metadata: Metadata = (),
     ) -> AsyncIterator[ProjectSearchPage]:
-        """The pages of one SearchProjects call (up to `max_pages`) as they stream in."""
+        """The pages of one SearchProjects call (up to `max_pages`) as they stream in.
+
+        Cut by UNAVAILABLE after some pages, the call resumes from the last page token for
+        the pages still owed; no page is delivered twice.
+        """
         args = cs.SearchArgs(
             tuple(project_ids), text, mode, filters, page_size, max_pages, include_chunks,
             min_similarity,
         )
         async for response in calls.server_stream(
             self._open().projects.SearchProjects,
-            lambda token: cs.search_request(args, token),
+            lambda token, done: cs.search_request(
+                dataclasses.replace(args, max_pages=max(1, args.max_pages - done)), token
+            ),
             page_token,
             lambda response: response.page.next_page_token,
             False,
             lambda: self._spec(timeout, request_id, metadata),
             self._retry,
+            pages=args.max_pages,
         ):
             yield cs.page_from_pb(response.page)
 
@@ -263,7 +271,7 @@ class AsyncSearchClient:
         )
         async for response in calls.server_stream(
             self._open().projects.SearchProjects,
-            lambda token: cs.search_request(args, token),
+            lambda token, _done: cs.search_request(args, token),
             page_token,
             lambda response: response.page.next_page_token,
             True,
@@ -357,7 +365,7 @@ class AsyncSearchClient:
         frozen = tuple(queries)
         return calls.server_stream(
             self._open().workspace.SearchWorkspace,
-            lambda token: cw.search_request(frozen, top_k, max_pages, token),
+            lambda token, _done: cw.search_request(frozen, top_k, max_pages, token),
             page_token,
             lambda response: response.page.next_page_token if response.HasField("page") else None,
             follow,
