@@ -1,4 +1,4 @@
-"""Page assembly shared by both stores: the probe row, exact totals, matched chunks."""
+"""Shared by both stores: index-path candidate counts, the probe row, totals, matched chunks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.store.base import MatchedChunk, Mode, SearchHit, SearchPage, SearchPlan
+
+# Documents have several chunks and filters drop candidates after the index search: the
+# index path over-fetches chunks per wanted document. Its cost grows about linearly in k
+# (every visited tuple is checked against the scope), so without filters the margin is
+# smaller: 5 nearest chunks per wanted document, 10 when filters may drop candidates.
+KNN_MIN_K = 50
+KNN_OVERFETCH = 5
+KNN_MIN_K_FILTERED = 100
+KNN_OVERFETCH_FILTERED = 10
+
+
+def knn_k(wanted: int, filtered: bool, cap: int) -> int:
+    """Chunks the index search returns for `wanted` documents, at most `cap`."""
+    if filtered:
+        return max(KNN_MIN_K_FILTERED, min(cap, wanted * KNN_OVERFETCH_FILTERED))
+    return max(KNN_MIN_K, min(cap, wanted * KNN_OVERFETCH))
 
 
 def assemble_page(

@@ -7,8 +7,9 @@ import pytest
 from service.embeddings.base import EmbeddingIdentity
 from service.projects.lexical import compile_query
 from service.store.base import Filters, Mode, SearchPlan
+from service.store.pages import knn_k
 from service.store.postgres import search_sql as q
-from service.store.postgres.search import KNN_MAX_K, build, knn_k
+from service.store.postgres.search import KNN_MAX_K, build
 
 IDENTITY = EmbeddingIdentity("m", 4)
 NO_FILTERS = Filters()
@@ -27,7 +28,7 @@ def test_unfiltered_index_path_checks_ownership_without_the_eligible_set(mode: M
     sql, bindings = build(_plan(mode))
     assert q.KNN_OWNED in sql
     assert "FROM eligible" not in sql  # never read, so the CTE is never computed
-    assert bindings["knn_k"] == knn_k(11, filtered=False)
+    assert bindings["knn_k"] == knn_k(11, False, KNN_MAX_K)
 
 
 @pytest.mark.parametrize("mode", [Mode.VECTOR, Mode.HYBRID])
@@ -35,13 +36,13 @@ def test_filtered_index_path_joins_the_eligible_set(mode: Mode) -> None:
     sql, bindings = build(_plan(mode, Filters(kinds=("note",))))
     assert q.KNN_ELIGIBLE in sql
     assert q.KNN_OWNED not in sql
-    assert bindings["knn_k"] == knn_k(11, filtered=True)
+    assert bindings["knn_k"] == knn_k(11, True, KNN_MAX_K)
 
 
 def test_knn_k_over_fetches_more_when_filters_drop_candidates() -> None:
-    assert knn_k(11, filtered=False) < knn_k(11, filtered=True)
-    assert knn_k(1, filtered=False) >= 11  # a floor, whatever the page size
-    assert knn_k(10**6, filtered=False) == knn_k(10**6, filtered=True) == KNN_MAX_K
+    assert knn_k(11, False, KNN_MAX_K) < knn_k(11, True, KNN_MAX_K)
+    assert knn_k(1, False, KNN_MAX_K) >= 11  # a floor, whatever the page size
+    assert knn_k(10**6, False, KNN_MAX_K) == knn_k(10**6, True, KNN_MAX_K) == KNN_MAX_K
 
 
 def test_hnsw_arm_has_a_single_scope_predicate() -> None:

@@ -17,21 +17,13 @@ from service.store.base import (
     SearchPage,
     SearchPlan,
 )
-from service.store.pages import assemble_page, parse_chunks
+from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.postgres import lexical_sql as lx
 from service.store.postgres import search_sql as q
 from service.store.postgres.filters import filter_sql
 from service.store.postgres.pool import Conn
 
 KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
-# Documents have several chunks and filters drop candidates after the HNSW scan: over-fetch
-# (chunks per wanted document). The graph search costs about linearly in k (the scope
-# filter is checked on every visited tuple), so without filters the margin is smaller:
-# 5 nearest chunks per wanted document, 10 when filters may drop candidates.
-KNN_MIN_K = 50
-KNN_OVERFETCH = 5
-KNN_MIN_K_FILTERED = 100
-KNN_OVERFETCH_FILTERED = 10
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
 
 
@@ -82,13 +74,6 @@ def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
     return q.statement(ctes, chunks), bindings
 
 
-def knn_k(wanted: int, filtered: bool) -> int:
-    """Chunks the HNSW search returns for `wanted` documents."""
-    if filtered:
-        return max(KNN_MIN_K_FILTERED, min(KNN_MAX_K, wanted * KNN_OVERFETCH_FILTERED))
-    return max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH))
-
-
 def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[str, Any]:
     wanted = plan.offset + plan.limit + 1
     identity = plan.identity
@@ -105,7 +90,7 @@ def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[s
         "dimensions": identity.dimensions if identity else None,
         "query_vector": Vector(list(plan.query_vector)) if plan.query_vector else None,
         "exact_scan_limit": plan.exact_scan_limit,
-        "knn_k": knn_k(wanted, filtered),
+        "knn_k": knn_k(wanted, filtered, KNN_MAX_K),
         "max_chunks": MAX_MATCHED_CHUNKS,
     }
 

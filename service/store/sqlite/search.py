@@ -19,22 +19,14 @@ from service.store.base import (
     SearchPage,
     SearchPlan,
 )
-from service.store.pages import assemble_page, parse_chunks
+from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.sqlite import search_sql as q
 from service.store.sqlite.filters import filter_sql
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import from_micros, load_metadata, vector_blob
 
-KNN_MAX_K = 4096  # sqlite-vec's limit on k
-# Documents have several chunks and filters drop candidates after the KNN: over-fetch
-# (chunks per wanted document; k applies per partition). Joining the KNN rows back to
-# chunks and vectors costs linearly in k, so without filters the margin is smaller, as on
-# PostgreSQL: 5 nearest chunks per wanted document, 10 when filters may drop candidates.
-KNN_MIN_K = 50
-KNN_OVERFETCH = 5
-KNN_MIN_K_FILTERED = 100
-KNN_OVERFETCH_FILTERED = 10
+KNN_MAX_K = 4096  # sqlite-vec's limit on k (which applies per project partition)
 # SQLite VM instructions between deadline checks (microseconds of work each time).
 PROGRESS_STEPS = 10_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
@@ -99,13 +91,6 @@ def build(
     return q.statement(ctes, chunks), bindings
 
 
-def knn_k(wanted: int, filtered: bool) -> int:
-    """Chunks per partition the vec0 KNN returns for `wanted` documents."""
-    if filtered:
-        return max(KNN_MIN_K_FILTERED, min(KNN_MAX_K, wanted * KNN_OVERFETCH_FILTERED))
-    return max(KNN_MIN_K, min(KNN_MAX_K, wanted * KNN_OVERFETCH))
-
-
 def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[str, Any]:
     wanted = plan.offset + plan.limit + 1
     identity = plan.identity
@@ -122,7 +107,7 @@ def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[s
         "dimensions": identity.dimensions if identity else None,
         "query_vector": vector_blob(plan.query_vector) if plan.query_vector else None,
         "exact_scan_limit": plan.exact_scan_limit,
-        "knn_k": knn_k(wanted, filtered),
+        "knn_k": knn_k(wanted, filtered, KNN_MAX_K),
         "max_chunks": MAX_MATCHED_CHUNKS,
     }
 
