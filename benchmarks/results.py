@@ -28,21 +28,21 @@ def load(path: Path = RESULTS_JSON) -> dict[str, Any]:
     return data
 
 
-def _clean(value: Any) -> Any:
+def clean(value: Any) -> Any:
     """NaN and infinities as null, so the file is strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     return value
 
 
 def save_section(name: str, data: Any, stamp: dict[str, Any], path: Path = RESULTS_JSON) -> None:
     """Replace one benchmark's section (other sections are kept)."""
     results = load(path)
-    results["benchmarks"][name] = {"stamp": stamp, "data": _clean(data)}
+    results["benchmarks"][name] = {"stamp": stamp, "data": clean(data)}
     path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n", encoding="utf-8")
 
 

@@ -8,11 +8,11 @@ section. `render_markdown(load())` is what benchmarks/RESULTS.md includes.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
+from benchmarks import results
 from benchmarks.stamp import machine_stamp
 
 HERE = Path(__file__).resolve().parent
@@ -26,21 +26,7 @@ TITLES = {
 
 def load(path: Path = RESULTS_JSON) -> dict[str, Any]:
     """Stored results (empty when none)."""
-    if not path.is_file():
-        return {"benchmarks": {}}
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    data.setdefault("benchmarks", {})
-    return data
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
+    return results.load(path)
 
 
 def save(
@@ -48,13 +34,13 @@ def save(
     path: Path = RESULTS_JSON,
 ) -> None:
     """Replace one section, stamped with the machine, commit, date and load average."""
-    results = load(path)
+    stored = load(path)
     stamp = machine_stamp()
     stamp["load_average"] = round(os.getloadavg()[0], 2)
-    results["benchmarks"][name] = {
-        "stamp": stamp, "command": command, "acceptance": acceptance, "data": _clean(data),
+    stored["benchmarks"][name] = {
+        "stamp": stamp, "command": command, "acceptance": acceptance, "data": results.clean(data),
     }
-    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(stored, indent=1) + "\n", encoding="utf-8")
 
 
 def _cell(value: Any) -> str:
