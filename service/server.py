@@ -103,6 +103,7 @@ class App:
     _probe_task: asyncio.Task[None] | None = None
     _backlog_task: asyncio.Task[None] | None = None
     _warmup_task: asyncio.Task[None] | None = None
+    _model_loaded: bool = False
 
     @property
     def address(self) -> str:
@@ -129,21 +130,19 @@ class App:
             await self.components["embedder"].warmup()
         except Exception:
             log.exception("the embedding model could not load: not ready (retried each probe)")
-            raise
+            return
+        self._model_loaded = True
         if self._probe_task is not None and not self._stopped.is_set():
             # Loaded after start() stopped waiting: say so now, not at the next probe.
             await self._probe_once()
 
     def _model_ready(self) -> bool:
         task = self._warmup_task
-        if task is None:
+        if task is None or self._model_loaded:
             return True
-        if not task.done():
-            return False
-        if task.cancelled() or task.exception() is not None:
+        if task.done():  # the load failed: try again, ready once it succeeds
             self._warmup_task = asyncio.create_task(self._warm_up())
-            return False
-        return True
+        return False
 
     async def _probe_once(self) -> None:
         store = self.components.get("store")
