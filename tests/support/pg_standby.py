@@ -1,7 +1,7 @@
 """A PostgreSQL primary with one streaming standby (pg_basebackup -R, same binaries).
 
 `start_cluster` starts both from a helper process (`python -m tests.support.pg_standby`):
-pgserver runs `initdb`/`pg_ctl` as another user when running as root, so they are forked,
+As root, `initdb`/`pg_ctl` run as another user, so they are forked,
 not vforked, and forked from a process with live gRPC threads the child now and then dies of
 SIGSEGV before the program runs (benchmarks/reliability/outage.py). The helper has no gRPC;
 closing goes through `isolated_control` for the same reason. The fixture `pg_cluster`
