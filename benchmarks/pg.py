@@ -2,9 +2,10 @@
 
 Reuses tests/support/pg.py, and so the pgvector canary: a server whose pgvector crashes
 on this CPU stops the run with one clear error. A server started here gets PostgreSQL's
-durable defaults back (the test helper turns fsync and synchronous commit off, which would flatter write numbers)
-and shared buffers that hold the 100k-chunk corpus with its indexes (~0.9 GB): a search
-served from the OS page cache instead pays a copy per 8 kB page, which doubles vector scans.
+durable defaults back (the test helper turns fsync and synchronous commit off, which would
+flatter write numbers) and shared buffers that hold the 100k-chunk corpus with its indexes
+(~0.9 GB): a search served from the OS page cache instead pays a copy per 8 kB page, which
+doubles vector scans.
 """
 
 from __future__ import annotations
