@@ -114,6 +114,11 @@ class Recorder:
         results.save_section(name, data, machine_stamp(), self.plan.json_path)
         self.render()
 
+    def fail(self, name: str, error: str) -> None:
+        """Record a failed run beside the section's previous figures; regenerate RESULTS.md."""
+        results.save_failure(name, error, machine_stamp(), self.plan.json_path)
+        self.render()
+
     def render(self) -> None:
         """RESULTS.md from results.json."""
         results.write_markdown(report.render(results.load(self.plan.json_path)),
@@ -147,7 +152,7 @@ async def run_plan(plan: Plan) -> list[str]:
                 log(f"FAILED {', '.join(wanted)}: {error!r}")
                 traceback.print_exc()
                 for name in wanted:
-                    recorder.save(name, {"error": f"{type(error).__name__}: {error}"[:2000]})
+                    recorder.fail(name, f"{type(error).__name__}: {error}")
                 failed += wanted
     finally:
         await bench.close()

@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from benchmarks.results import is_failure_only as results_is_failure
+
 Row = dict[str, Any]
 
 
@@ -218,8 +220,12 @@ def render(results: dict[str, Any]) -> str:
             parts.append(f"## {title}\n\nNot run yet: `python -m benchmarks {name}`.\n")
             continue
         data = section["data"]
-        body = (f"**Failed:** `{data['error']}`" if isinstance(data, dict) and "error" in data
-                else draw(data))
+        body = f"**Failed:** `{data['error']}`" if results_is_failure(data) else draw(data)
+        failure = section.get("failure")
+        if failure is not None:
+            body = (f"**The last run failed** ({stamp_line(failure['stamp'])}): "
+                    f"`{failure['error']}`. The figures below are from the previous successful "
+                    f"run.\n\n{body}")
         parts.append(f"## {title}\n\n{stamp_line(section['stamp'])}\n\n{intro}\n\n{body}\n")
     parts.append(_reliability())
     return "\n".join(parts)

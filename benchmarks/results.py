@@ -39,11 +39,36 @@ def clean(value: Any) -> Any:
     return value
 
 
+def _write(results: dict[str, Any], path: Path) -> None:
+    # Written whole to a sibling and renamed: an interrupted run never leaves half a file.
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
 def save_section(name: str, data: Any, stamp: dict[str, Any], path: Path = RESULTS_JSON) -> None:
-    """Replace one benchmark's section (other sections are kept)."""
+    """Replace one benchmark's section with a successful run (other sections are kept)."""
     results = load(path)
     results["benchmarks"][name] = {"stamp": stamp, "data": clean(data)}
-    path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    _write(results, path)
+
+
+def save_failure(name: str, error: str, stamp: dict[str, Any], path: Path = RESULTS_JSON) -> None:
+    """Record that a run of `name` failed, beside the figures of its last successful run
+    (which are kept; a section that never succeeded holds only the failure)."""
+    results = load(path)
+    previous = results["benchmarks"].get(name)
+    failure = {"error": error[:2000], "stamp": stamp}
+    if previous is None or is_failure_only(previous["data"]):
+        results["benchmarks"][name] = {"stamp": stamp, "data": {"error": error[:2000]}}
+    else:
+        results["benchmarks"][name] = {**previous, "failure": failure}
+    _write(results, path)
+
+
+def is_failure_only(data: Any) -> bool:
+    """A section whose data is only an error (no successful run to show)."""
+    return isinstance(data, dict) and set(data) == {"error"}
 
 
 def reading(path: Path = RESULTS_MD) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import beir, fanout, index, relevance, results
+from benchmarks import fanout, index, relevance, report, results
 from benchmarks.__main__ import build_parser
 from benchmarks.load import run_step
 from benchmarks.measure import Query
@@ -60,6 +60,25 @@ async def test_corpus_benchmarks_write_tables_for_both_stores(tmp_path: Path, pg
     assert "Not run yet: `python -m benchmarks relevance`" in markdown
 
 
+def test_a_failed_run_keeps_the_previous_figures_and_records_the_failure(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    stamp = {"when": "2026-12-01T00:00:00Z"}
+    results.save_failure("fanout", "RuntimeError: never ran", stamp, path)  # nothing before
+    assert results.load(path)["benchmarks"]["fanout"]["data"] == {"error": "RuntimeError: never ran"}
+    good = results.load()["benchmarks"]["fanout"]["data"]  # the committed figures' shape
+    results.save_section("fanout", good, stamp, path)
+    results.save_failure("fanout", "PgvectorCanaryError: backend died", stamp, path)
+    section = results.load(path)["benchmarks"]["fanout"]
+    assert section["data"] == good  # the figures survive the failed run
+    assert section["failure"]["error"] == "PgvectorCanaryError: backend died"
+    shown = report.render(results.load(path))
+    assert "The last run failed" in shown
+    assert "backend died" in shown
+    assert report.render_fanout(good) in shown  # and the previous figures under it
+    results.save_section("fanout", good, stamp, path)  # a later success clears the failure
+    assert "failure" not in results.load(path)["benchmarks"]["fanout"]
+
+
 def test_regenerating_results_md_keeps_the_hand_written_reading(tmp_path: Path) -> None:
     path = tmp_path / "RESULTS.md"
     results.write_markdown("## Tables\n\nold", path)
@@ -73,16 +92,18 @@ def test_regenerating_results_md_keeps_the_hand_written_reading(tmp_path: Path) 
 
 
 async def test_index_benchmark_counts_documents_and_chunks(tmp_path: Path, pg_dsn: str) -> None:
-    bench = Workbench(Options(inprocess=True, pg_dsn=pg_dsn, workdir=tmp_path))
+    # A small BEIR folder of its own: a clone without ../shared runs this test too.
+    collection = _beir_folder(tmp_path / "mini-beir")
+    bench = Workbench(Options(inprocess=True, pg_dsn=pg_dsn, workdir=tmp_path / "work"))
     try:
         rows = await index.measure(bench, synthetic_chunks=30, model_docs=3,
-                                   collection=beir.DEFAULT_COLLECTION)
+                                   collection=collection)
     finally:
         await bench.close()
     assert {(r["store"], r["embedder"], r["corpus"]) for r in rows} == {
         (s, e, c) for s in ("sqlite", "postgres")
-        for e, c in (("deterministic", "synthetic"), ("deterministic", "vaswani-npl"),
-                     ("local", "vaswani-npl"))}
+        for e, c in (("deterministic", "synthetic"), ("deterministic", "mini-beir"),
+                     ("local", "mini-beir"))}
     for row in rows:
         assert row["chunks"] >= row["documents"] > 0
         assert row["chunks_embedded"] == row["chunks"]  # empty database: everything embedded
