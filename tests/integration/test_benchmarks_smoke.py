@@ -64,7 +64,8 @@ def test_a_failed_run_keeps_the_previous_figures_and_records_the_failure(tmp_pat
     path = tmp_path / "results.json"
     stamp = {"when": "2026-12-01T00:00:00Z"}
     results.save_failure("fanout", "RuntimeError: never ran", stamp, path)  # nothing before
-    assert results.load(path)["benchmarks"]["fanout"]["data"] == {"error": "RuntimeError: never ran"}
+    never = results.load(path)["benchmarks"]["fanout"]["data"]
+    assert never == {"error": "RuntimeError: never ran"}
     good = results.load()["benchmarks"]["fanout"]["data"]  # the committed figures' shape
     results.save_section("fanout", good, stamp, path)
     results.save_failure("fanout", "PgvectorCanaryError: backend died", stamp, path)
