@@ -22,6 +22,8 @@ WORKDIR /var/lib/search
 VOLUME ["/var/lib/search/data"]
 EXPOSE 50051
 # Binding beyond loopback needs SEARCH_AUTH_TOKENS (sha256hex:tenant:role entries).
-HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
+# Readiness: healthy once the embedding model has loaded and the store answers
+# (`python -m service.healthcheck --liveness` checks only that the process answers).
+HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \
   CMD ["python", "-m", "service.healthcheck"]
 CMD ["python", "-m", "service", "serve", "--host", "0.0.0.0"]

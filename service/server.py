@@ -236,13 +236,7 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         app.closers.append(traced.shutdown)  # first in, so closed last: spans of the shutdown
     if metrics is not None:
         app.components["metrics"] = metrics
-        try:
-            app.metrics_port = metrics.serve(settings.host, settings.metrics_port)
-        except OSError as error:
-            raise SettingsError(
-                f"cannot serve metrics on {settings.host}:{settings.metrics_port}: "
-                f"{error.strerror or error} (set SEARCH_METRICS_PORT)"
-            ) from error
+        app.metrics_port = _serve_metrics(metrics, settings)
         app.closers.append(metrics.close)
     servicers = await _build_servicers(settings, app, overrides)
     for name, (_, base, add) in SERVICES.items():
@@ -270,6 +264,17 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
     if app.port == 0:
         raise SettingsError(f"could not bind {settings.host}:{settings.port}")
     return app
+
+
+def _serve_metrics(metrics: Any, settings: Settings) -> int:
+    try:
+        port: int = metrics.serve(settings.host, settings.metrics_port)
+    except OSError as error:
+        raise SettingsError(
+            f"cannot serve metrics on {settings.host}:{settings.metrics_port}: "
+            f"{error.strerror or error} (set SEARCH_METRICS_PORT)"
+        ) from error
+    return port
 
 
 def _start_tracing(settings: Settings, overrides: dict[str, Any]) -> Any:
