@@ -111,6 +111,11 @@ def commands(text: str) -> Iterator[tuple[int, str]]:
     yield first, "".join(current)
 
 
+# Commands that run a server until Ctrl-C: the README's PostgreSQL recipe is run by
+# tests/integration/test_cli.py (test_demo_runs_to_the_end_on_the_readme_postgres_recipe).
+_SERVERS = ("serve", "postgres")
+
+
 def steps_of(path: Path, language: str, first_line: int, text: str) -> list[Step]:
     """The runnable steps of one block."""
     where = path.relative_to(ROOT)
@@ -129,7 +134,7 @@ def steps_of(path: Path, language: str, first_line: int, text: str) -> list[Step
         argv = tuple(shlex.split(stripped, comments=True))
         if argv[0] == "grpcurl":
             out.append(Step(source, "grpcurl", argv, expect=expect))
-        elif argv[:3] in _CLI_PREFIXES and argv[3] != "serve":
+        elif argv[:3] in _CLI_PREFIXES and argv[3] not in _SERVERS:
             out.append(Step(source, "cli", argv[3:], expect=expect))
         expect = ""
     return out
