@@ -21,6 +21,7 @@ from service.workspace.events import (
 from service.workspace.guidance import Guidance, ProviderCard
 from service.workspace.model import Credentials, Kind, ProviderId, QueryCard, QueryState
 from service.workspace.plan import NativeQuery, SearchRequest
+from service.workspace.statuses import clamp_wait
 
 PROVIDERS: dict[int, ProviderId] = {
     cpb.PROVIDER_GITHUB: ProviderId.GITHUB,
@@ -145,6 +146,9 @@ def listing_to_proto(listing: AccountListing) -> pb.ListAccountsResponse:
     )
 
 
+INT64_MAX = 2**63 - 1
+
+
 def status_to_proto(status: QueryStatus) -> pb.QueryStatus:
     """One query status."""
     msg = pb.QueryStatus(
@@ -154,15 +158,22 @@ def status_to_proto(status: QueryStatus) -> pb.QueryStatus:
         state=STATES[status.state],
         message=status.message,
         partial=status.partial,
-        total=status.total or 0,
-        total_is_exact=status.total_is_exact,
+        total=_count(status.total),
+        # A negative or out-of-range provider total is no count at all.
+        total_is_exact=status.total_is_exact and _count(status.total) == (status.total or 0),
         result_count=status.result_count,
         next_cursor=status.next_cursor,
         page_number=status.page_number,
     )
-    if status.retry_after is not None:
-        msg.retry_after.FromNanoseconds(int(status.retry_after * 1e9))
+    wait = clamp_wait(status.retry_after) if status.retry_after is not None else None
+    if wait is not None:
+        msg.retry_after.FromNanoseconds(int(wait * 1e9))
     return msg
+
+
+def _count(value: int | None) -> int:
+    """A provider's count as an int64 the message can hold: [0, 2**63 - 1]."""
+    return min(max(0, value or 0), INT64_MAX)
 
 
 def _result(result: FusedResult) -> pb.FusedResult:

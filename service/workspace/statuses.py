@@ -2,30 +2,43 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 
 from service.workspace.model import ProviderError, QueryState
 
-__all__ = ["retry_after_seconds", "status_error"]
+__all__ = ["MAX_RETRY_AFTER", "clamp_wait", "retry_after_seconds", "status_error"]
+
+# A provider's wait is passed on as at most a day: `Retry-After: inf` or a reset time in the
+# year 5000 is a provider bug, and a google.protobuf.Duration cannot hold every float.
+MAX_RETRY_AFTER = 86_400.0
+
+
+def clamp_wait(seconds: float) -> float | None:
+    """`seconds` within [0, MAX_RETRY_AFTER]; None for NaN (no usable wait)."""
+    if math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER)
 
 
 def retry_after_seconds(headers: Mapping[str, str], *, now: float) -> float | None:
-    """Seconds to wait: `Retry-After` (seconds or HTTP date), else `x-ratelimit-reset` - now."""
+    """Seconds to wait: `Retry-After` (seconds or HTTP date), else `x-ratelimit-reset` - now;
+    clamped to [0, MAX_RETRY_AFTER] whatever the provider sent."""
     raw = headers.get("retry-after", "").strip()
     if raw:
         try:
-            return max(0.0, float(raw))
+            return clamp_wait(float(raw))
         except ValueError:
             pass
         try:
-            return max(0.0, parsedate_to_datetime(raw).timestamp() - now)
-        except (TypeError, ValueError, IndexError):
+            return clamp_wait(parsedate_to_datetime(raw).timestamp() - now)
+        except (TypeError, ValueError, IndexError, OverflowError):
             pass
     reset = headers.get("x-ratelimit-reset", "").strip()
     if reset:
         try:
-            return max(0.0, float(reset) - now)
+            return clamp_wait(float(reset) - now)
         except ValueError:
             return None
     return None

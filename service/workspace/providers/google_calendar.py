@@ -127,7 +127,10 @@ def event_start(start: Any, calendar_zone: str) -> datetime | None:
     except ValueError:
         return None
     zone = _zone(text(sub(start, "timeZone"))) or _zone(calendar_zone) or UTC
-    return datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
+    try:
+        return datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
+    except OverflowError:  # 0001-01-01 east of UTC, or 9999-12-31 west of it
+        return None
 
 
 def _content(item: dict[str, Any]) -> str:
