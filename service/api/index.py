@@ -25,7 +25,7 @@ from service.pb.search.v1 import index_pb2_grpc as pb_grpc
 from service.ranking.tokens import TokenSigner, fingerprint
 from service.store.base import Store, project_not_found
 
-_EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+_EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}\Z")  # \Z: "$" allows a final newline
 MAX_DOCS_PER_MESSAGE = 500
 MAX_KEYS = 1000
 MAX_STATUS_PROJECTS = 1000

@@ -21,7 +21,7 @@ MAX_METADATA_BYTES = 64 * 1024
 MAX_SUPPLIED_CHUNK_CHARS = 20_000
 _FLOAT32_MAX = 3.4028234663852886e38
 _FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal 32-bit float
-_KIND = re.compile(r"^[a-z0-9_-]{1,64}$")
+_KIND = re.compile(r"^[a-z0-9_-]{1,64}\Z")  # \Z: "$" allows a final newline
 _LIMITS = {"title": 1000, "path": 1000, "category": 200, "note_type": 200}
 
 

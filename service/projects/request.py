@@ -18,7 +18,7 @@ MAX_PAGES = 10
 MAX_METADATA_FILTERS = 20
 MAX_FILTER_VALUES = 100
 MAX_FILTER_ITEMS = 100
-_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
+_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" allows a final newline
 _OPERAND_COUNTS = {
     "eq": (1, 1),
     "gt": (1, 1),

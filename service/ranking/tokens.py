@@ -25,7 +25,13 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict, canonical unpadded base64url: junk characters, padding or non-zero trailing
+    bits (which the lenient decoder ignores) make a token malformed, so each token has
+    exactly one spelling."""
+    data = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    if _b64(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
 
 
 def fingerprint(*parts: Any) -> str:

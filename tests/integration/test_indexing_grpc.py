@@ -149,3 +149,19 @@ async def test_a_method_not_built_is_unimplemented_with_error_info() -> None:
         assert decoded.info.metadata["method"] == "/search.v1.IndexService/ListProjects"
     finally:
         await server.stop(0)
+
+
+async def test_a_trailing_newline_is_not_part_of_a_valid_id_or_kind(tmp_path: Path) -> None:
+    """`$` in a pattern matches before a final newline: "notes\\n" passed as "notes"."""
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.CreateProject(index_pb2.CreateProjectRequest(name="p", external_id="n\n"))
+        decoded = decode(caught.value)
+        assert decoded.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert [field for field, _ in decoded.violations] == ["external_id"]
+        project = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))).project
+        reply = await _upsert(stub, project.project_id,
+                              [index_pb2.Document(kind="note\n", row_id="1", body="x")])
+        assert reply.documents_rejected == 1
+        assert reply.results[0].field == "messages[0].documents[0].kind"

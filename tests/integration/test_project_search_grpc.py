@@ -177,6 +177,23 @@ async def test_project_search_end_to_end(tmp_path: Path, embedder: CountingEmbed
                 page_size=4,
                 page_token=first[0].next_page_token[:-3] + "AAA",
             ),
+            # the lenient base64 decoder skipped junk and padding: tokens have one spelling
+            *(
+                ps.SearchProjectsRequest(
+                    scope=ps.ProjectScope(project_ids=ids),
+                    text="nebula",
+                    mode=ps.SEARCH_MODE_HYBRID,
+                    page_size=4,
+                    page_token=spoiled,
+                )
+                for token in (first[0].next_page_token,)
+                for spoiled in (
+                    token + "==",
+                    token[:5] + "!" + token[5:],
+                    token[:-2] + "\n" + token[-2:],
+                    token.replace(".", "=.", 1),
+                )
+            ),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await _pages(search, bad)

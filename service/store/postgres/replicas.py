@@ -39,7 +39,7 @@ SELECT pg_is_in_recovery() AS standby,
        CASE WHEN pg_last_wal_replay_lsn() >= $1::text::pg_lsn THEN 0
             ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())
        END AS lag"""
-_LSN = re.compile(r"^([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})$")
+_LSN = re.compile(r"^([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})\Z")
 
 
 def parse_lsn(text: str) -> int | None:
