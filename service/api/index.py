@@ -189,16 +189,22 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         if len(ids) > MAX_STATUS_PROJECTS:
             raise InvalidArgument.field("project_ids", f"at most {MAX_STATUS_PROJECTS} projects")
         tenant = request_context.current().tenant
+        truncated, asked = False, bool(ids)
+        if not asked:  # every project, up to the limit: the lowest ids, and whether there is more
+            listed = await self._store.list_projects(tenant, 0, MAX_STATUS_PROJECTS + 1)
+            truncated = len(listed) > MAX_STATUS_PROJECTS
+            ids = [p.project_id for p in listed[:MAX_STATUS_PROJECTS]]
         # The status statements carry the tenant: another tenant's id is simply not returned.
-        statuses = await self._store.index_status(tenant, ids, self._identity)
+        statuses = await self._store.index_status(tenant, ids, self._identity) if ids else []
         found = {s.project.project_id for s in statuses}
         missing = [i for i in ids if i not in found]
-        if missing:
+        if missing and asked:  # a listed project deleted meanwhile is simply gone
             raise project_not_found(missing[0])
         return pb.GetIndexStatusResponse(
             projects=[status_to_proto(s, self._identity) for s in statuses],
             configured_embedding=identity_to_proto(self._identity),
             vector_search_available=self._store.capabilities.vector_search,
+            truncated=truncated,
         )
 
 

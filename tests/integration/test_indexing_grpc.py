@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -165,3 +166,35 @@ async def test_a_trailing_newline_is_not_part_of_a_valid_id_or_kind(tmp_path: Pa
                               [index_pb2.Document(kind="note\n", row_id="1", body="x")])
         assert reply.documents_rejected == 1
         assert reply.results[0].field == "messages[0].documents[0].kind"
+
+
+async def test_index_status_of_every_project_lists_at_most_1000_and_says_so(
+    tmp_path: Path,
+) -> None:
+    from service.context import DEFAULT_TENANT
+
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        store = app.components["store"]
+        for i in range(1005):
+            await store.create_project(DEFAULT_TENANT, f"p{i}", f"project {i}")
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        every = await stub.GetIndexStatus(index_pb2.GetIndexStatusRequest())
+        assert len(every.projects) == 1000
+        assert every.truncated
+        ids = [p.project_id for p in every.projects]
+        assert ids == sorted(ids)  # the lowest ids
+        rest = await stub.GetIndexStatus(index_pb2.GetIndexStatusRequest(
+            project_ids=range(ids[-1] + 1, ids[-1] + 6)))
+        assert (len(rest.projects), rest.truncated) == (5, False)
+
+
+async def test_the_sqlite_database_is_private_to_its_owner(tmp_path: Path) -> None:
+    """Like page_token.key and credentials.key beside it: it holds sealed credentials."""
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))
+        modes = {f.name: f.stat().st_mode for f in os.scandir(tmp_path)
+                 if f.name.startswith("search.sqlite3")}
+    assert modes
+    for name, mode in modes.items():  # the database and its -wal / -shm files
+        assert mode & 0o077 == 0, (name, oct(mode))

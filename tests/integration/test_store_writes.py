@@ -125,3 +125,12 @@ async def test_projects_create_list_and_conflicts(store: Store) -> None:
     assert await store.list_projects("acme", first.project_id, 10) == [second]
     assert await store.list_projects("acme", 0, 1) == [first]
     assert await store.list_projects("globex", 0, 10) == [other]
+
+
+async def test_a_duplicate_external_id_has_one_reason_on_both_stores(store: Store) -> None:
+    """README's error table: PROJECT_ALREADY_EXISTS (PostgreSQL used to say ALREADY_EXISTS)."""
+    await store.create_project("acme", "notes", "Notes")
+    with pytest.raises(errors.AlreadyExists) as caught:
+        await store.create_project("acme", "notes", "Notes again")
+    assert caught.value.reason == "PROJECT_ALREADY_EXISTS"
+    assert caught.value.metadata == {"externalId": "notes"}

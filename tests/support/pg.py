@@ -18,7 +18,6 @@ afterwards) and `isolated_pg_dsn` (the same, per test). A conftest makes them av
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
 import secrets
@@ -60,7 +59,8 @@ def start_server() -> PgServer:
     server = localpg.start_server(canary=False)
     atexit.register(server.close)  # a crashed session still stops its server
     try:
-        asyncio.run(check_pgvector(server.dsn, log_path=server.log_path, checks=canary_checks()))
+        localpg.run_sync(lambda: check_pgvector(server.dsn, log_path=server.log_path,
+                                                checks=canary_checks()))
     except BaseException:
         server.close()
         raise
@@ -75,7 +75,7 @@ def server_from_env(dsn: str = "") -> PgServer | None:
     dsn = dsn or os.environ.get(ENV_DSN, "").strip()
     if not dsn:
         return None
-    asyncio.run(check_pgvector(dsn, checks=canary_checks()))
+    localpg.run_sync(lambda: check_pgvector(dsn, checks=canary_checks()))
     return PgServer(dsn=dsn)
 
 

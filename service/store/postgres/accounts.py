@@ -53,7 +53,8 @@ async def create_account(conn: Conn, record: AccountRecord) -> None:
         )
     except asyncpg.UniqueViolationError as exc:
         raise errors.AlreadyExists(
-            "account already exists", metadata={"accountId": record.account_id}
+            f"account {record.account_id!r} already exists", reason="ACCOUNT_ALREADY_EXISTS",
+            metadata={"accountId": record.account_id},
         ) from exc
 
 

@@ -87,7 +87,9 @@ async def create_project(conn: Conn, tenant: str, external_id: str, name: str) -
         )
     except asyncpg.UniqueViolationError as exc:
         raise errors.AlreadyExists(
-            f"project {external_id!r} already exists", metadata={"externalId": external_id}
+            f"project with external id {external_id!r} already exists",
+            reason="PROJECT_ALREADY_EXISTS",
+            metadata={"externalId": external_id},
         ) from exc
     return project_record(row)
 

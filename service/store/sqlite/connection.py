@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -77,8 +78,17 @@ def load_vector_extension(conn: apsw.Connection, enabled: bool) -> VectorSupport
     return VectorSupport(True)
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only, like the key files beside it
+    (SQLite gives its -wal and -shm files the database file's permissions)."""
+    if str(path) == ":memory:" or path.exists():
+        return
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
 def connect(path: Path, vectors: bool, *, reader: bool) -> tuple[apsw.Connection, VectorSupport]:
     """Open one configured connection to the database file."""
+    _create_private(path)
     conn = apsw.Connection(str(path))
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     support = load_vector_extension(conn, vectors)

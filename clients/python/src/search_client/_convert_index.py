@@ -129,6 +129,7 @@ def index_status_from_pb(message: pb.GetIndexStatusResponse) -> IndexStatus:
         ),
         configured_embedding=configured,
         vector_search_available=message.vector_search_available,
+        truncated=message.truncated,
     )
 
 

@@ -153,3 +153,5 @@ class IndexStatus:
     projects: tuple[ProjectIndexStatus, ...]
     configured_embedding: EmbeddingIdentity | None
     vector_search_available: bool
+    # Asked for every project and the tenant has more than the 1000 reported.
+    truncated: bool = False

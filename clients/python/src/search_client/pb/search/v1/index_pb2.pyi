@@ -223,11 +223,13 @@ class ProjectIndexStatus(_message.Message):
     def __init__(self, project_id: _Optional[int] = ..., external_id: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ..., embeddings: _Optional[_Iterable[_Union[EmbeddingStatus, _Mapping]]] = ..., chunks_needing_embedding: _Optional[int] = ...) -> None: ...
 
 class GetIndexStatusResponse(_message.Message):
-    __slots__ = ("projects", "configured_embedding", "vector_search_available")
+    __slots__ = ("projects", "configured_embedding", "vector_search_available", "truncated")
     PROJECTS_FIELD_NUMBER: _ClassVar[int]
     CONFIGURED_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SEARCH_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     projects: _containers.RepeatedCompositeFieldContainer[ProjectIndexStatus]
     configured_embedding: _common_pb2.EmbeddingIdentity
     vector_search_available: bool
-    def __init__(self, projects: _Optional[_Iterable[_Union[ProjectIndexStatus, _Mapping]]] = ..., configured_embedding: _Optional[_Union[_common_pb2.EmbeddingIdentity, _Mapping]] = ..., vector_search_available: _Optional[bool] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, projects: _Optional[_Iterable[_Union[ProjectIndexStatus, _Mapping]]] = ..., configured_embedding: _Optional[_Union[_common_pb2.EmbeddingIdentity, _Mapping]] = ..., vector_search_available: _Optional[bool] = ..., truncated: _Optional[bool] = ...) -> None: ...
