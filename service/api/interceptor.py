@@ -199,7 +199,7 @@ class _Call:
             if isinstance(exc, grpc.aio.AbortError):
                 return False
             if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-                self.code = "CANCELLED"
+                self.code = "CANCELLED"  # or DEADLINE_EXCEEDED: see _finish
                 return False
             if isinstance(exc, ServiceError):
                 self.code = exc.code.name
@@ -217,7 +217,15 @@ class _Call:
                 self.counted = False
                 self._finish()
 
+    def _deadline_passed(self) -> bool:
+        deadline = self.ctx.deadline
+        return deadline is not None and asyncio.get_running_loop().time() >= deadline - 0.005
+
     def _finish(self) -> None:
+        # Past its deadline the client got DEADLINE_EXCEEDED, whether gRPC cancelled the
+        # handler or the handler still returned: the log and metrics say what the caller saw.
+        if self.code in ("OK", "CANCELLED") and self._deadline_passed():
+            self.code = "DEADLINE_EXCEEDED"
         seconds = time.perf_counter() - self.started
         ctx = self.ctx  # not the current context: a stream may be closed from another task
         log.info(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -198,3 +199,28 @@ async def test_the_sqlite_database_is_private_to_its_owner(tmp_path: Path) -> No
     assert modes
     for name, mode in modes.items():  # the database and its -wal / -shm files
         assert mode & 0o077 == 0, (name, oct(mode))
+
+
+async def _access_codes(caplog: pytest.LogCaptureFixture, method: str) -> list[str]:
+    import json
+
+    await asyncio.sleep(0.2)  # the handler's cancellation is logged just after the client's end
+    return [json.loads(r.getMessage())["code"] for r in caplog.records
+            if r.name == "search.access" and method in r.getMessage()]
+
+
+async def test_the_access_log_records_a_passed_deadline_as_deadline_exceeded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="search.access")
+
+    async def stalled() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
+        await asyncio.sleep(30)  # the client never sends: the server waits in the stream
+        yield index_pb2.UpsertDocumentsRequest()
+
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.UpsertDocuments(stalled(), timeout=0.3)
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert await _access_codes(caplog, "UpsertDocuments") == ["DEADLINE_EXCEEDED"]
