@@ -136,11 +136,30 @@ async def _system_resolve(host: str, port: int) -> Sequence[str]:
     return [str(info[4][0]) for info in infos]
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known prefix: IPv4 in the last 32 bits
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # local-use (RFC 8215): never public
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address reaches: mapped, NAT64, 6to4 and Teredo forms."""
+    found = [v4 for v4 in (ip.ipv4_mapped, ip.sixtofour) if v4 is not None]
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    if ip in _NAT64:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return found
+
+
 def _is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL:
+            return False
+        embedded = _embedded_ipv4(ip)
+        # A translated address is as public as the IPv4 address it reaches.
+        candidates = list(embedded) if embedded else candidates
+    return all(c.is_global and not c.is_multicast for c in candidates)
 
 
 class AccountManager:
@@ -278,6 +297,8 @@ class AccountManager:
             return "", "must be an https URL with a host"
         if url.userinfo or url.query or url.fragment:
             return "", "must not carry credentials, a query or a fragment"
+        if url.port is not None and not 1 <= url.port <= 65535:
+            return "", "port must be 1..65535"
         if not self._allow_private:
             problem = await self._check_addresses(url.host, url.port or 443)
             if problem:

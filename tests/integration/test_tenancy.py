@@ -308,6 +308,12 @@ PRIVATE_URLS = [
     "https://100.64.0.1", "https://0.0.0.0", "https://[::1]", "https://[fd00::1]",
     "https://[fe80::1]", "https://[::ffff:127.0.0.1]", "https://2130706433", "https://0x7f.1",
     "https://224.0.0.1",
+    # loopback and private IPv4 reached through IPv6 translation: NAT64, 6to4, Teredo
+    "https://[64:ff9b::7f00:1]", "https://[64:ff9b::a00:8]", "https://[64:ff9b:1::c0a8:10a]",
+    "https://[2002:7f00:1::1]", "https://[2002:c0a8:10a::]",
+    "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]",
+    # ports outside 1..65535
+    "https://93.184.216.34:0/api", "https://93.184.216.34:65536", "https://93.184.216.34:99999",
 ]
 
 
