@@ -88,16 +88,17 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 parse,
                 handler.response_serializer,
             )
+        foreign = method.startswith(UNLIMITED_PREFIX)  # grpc's own servicers: health, reflection
         if handler.stream_unary:
+            behavior = _strict_unary(handler.stream_unary) if foreign else handler.stream_unary
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(method, handler.stream_unary),
-                parse,
-                handler.response_serializer,
+                self._wrap_unary(method, behavior), parse, handler.response_serializer
             )
+        behavior = handler.stream_stream
+        if foreign and inspect.isasyncgenfunction(behavior):
+            behavior = _strict_stream(behavior)
         return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(method, handler.stream_stream),
-            parse,
-            handler.response_serializer,
+            self._wrap_stream(method, behavior), parse, handler.response_serializer
         )
 
     def _wrap_unary(self, method: str, behavior: Any) -> Any:
@@ -125,6 +126,30 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     yield item
 
         return wrapper
+
+
+async def _decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The request stream of a servicer that knows nothing of `Undecodable`: a message that
+    does not decode ends the call INVALID_ARGUMENT (instead of INTERNAL in its code)."""
+    async for item in requests:
+        if isinstance(item, Undecodable):
+            raise item.error()
+        yield item
+
+
+def _strict_unary(behavior: Any) -> Any:
+    async def strict(requests: AsyncIterator[Any], context: Ctx) -> Any:
+        return await behavior(_decoded(requests), context)
+
+    return strict
+
+
+def _strict_stream(behavior: Any) -> Any:
+    async def strict(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[Any]:
+        async for item in behavior(_decoded(requests), context):
+            yield item
+
+    return strict
 
 
 class _Call:
