@@ -18,6 +18,10 @@ from service.store.base import DocumentInput
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_METADATA_BYTES = 64 * 1024
+# Objects and lists nested in metadata, the top object counting 1. Each level is 2-3
+# protobuf message levels (Struct > Value > Struct); with the response's own nesting, 16
+# keeps every search result well inside the stock decoders' limit of 100.
+MAX_METADATA_DEPTH = 16
 MAX_SUPPLIED_CHUNK_CHARS = 20_000
 _FLOAT32_MAX = 3.4028234663852886e38
 _FLOAT32_TINY = 1.1754943508222875e-38  # smallest normal 32-bit float
@@ -67,8 +71,27 @@ def check(doc: IncomingDocument, field: str) -> list[FieldViolation]:
         problems.append(FieldViolation(f"{field}.metadata", "must be a JSON object"))
     elif len(_canonical(doc.metadata)) > MAX_METADATA_BYTES:
         problems.append(FieldViolation(f"{field}.metadata", f"at most {MAX_METADATA_BYTES} bytes"))
+    elif _depth(doc.metadata) > MAX_METADATA_DEPTH:
+        problems.append(FieldViolation(
+            f"{field}.metadata", f"nested at most {MAX_METADATA_DEPTH} objects or lists deep"))
     problems += _check_supplied(doc, field)
     return problems
+
+
+def _depth(value: Any) -> int:
+    """Objects and lists nested in `value` (a scalar is 0); iterative, so any input is safe."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_METADATA_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _check_supplied(doc: IncomingDocument, field: str) -> list[FieldViolation]:

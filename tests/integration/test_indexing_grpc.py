@@ -224,3 +224,39 @@ async def test_the_access_log_records_a_passed_deadline_as_deadline_exceeded(
             await stub.UpsertDocuments(stalled(), timeout=0.3)
         assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert await _access_codes(caplog, "UpsertDocuments") == ["DEADLINE_EXCEEDED"]
+
+
+def _nested(levels: int, *, lists: bool = False) -> dict[str, object]:
+    """Metadata `levels` objects (or one object around lists) deep."""
+    value: object = "leaf"
+    for _ in range(levels - 1):
+        value = [value] if lists else {"k": value}
+    return {"top": value}
+
+
+@pytest.mark.parametrize("lists", [False, True])
+async def test_metadata_nests_16_deep_and_every_result_decodes(
+    tmp_path: Path, lists: bool
+) -> None:
+    """Deeper metadata was stored, then no client could decode a search returning it."""
+    from service.pb.search.v1 import project_search_pb2 as ps
+    from service.pb.search.v1 import project_search_pb2_grpc as ps_grpc
+
+    def doc(row_id: str, levels: int) -> index_pb2.Document:
+        meta = struct_pb2.Struct()
+        meta.update(_nested(levels, lists=lists))
+        return index_pb2.Document(kind="note", row_id=row_id, body="deep nebula", metadata=meta)
+
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        project = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))).project
+        reply = await _upsert(stub, project.project_id, [doc("ok", 16), doc("deep", 17)])
+        assert reply.documents_created == 1
+        assert [(r.index, r.field) for r in reply.results
+                if r.outcome == index_pb2.DOCUMENT_OUTCOME_REJECTED] == [
+            (1, "messages[0].documents[1].metadata")]
+        search = ps_grpc.ProjectSearchServiceStub(channel)
+        pages = [m.page async for m in search.SearchProjects(ps.SearchProjectsRequest(
+            scope=ps.ProjectScope(project_ids=[project.project_id]), text="nebula",
+            mode=ps.SEARCH_MODE_FTS))]
+        assert [r.row_id for r in pages[0].results] == ["ok"]  # decoded by the stock client
