@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -226,9 +227,9 @@ async def test_the_access_log_records_a_passed_deadline_as_deadline_exceeded(
         assert await _access_codes(caplog, "UpsertDocuments") == ["DEADLINE_EXCEEDED"]
 
 
-def _nested(levels: int, *, lists: bool = False) -> dict[str, object]:
+def _nested(levels: int, *, lists: bool = False) -> dict[str, Any]:
     """Metadata `levels` objects (or one object around lists) deep."""
-    value: object = "leaf"
+    value: Any = "leaf"
     for _ in range(levels - 1):
         value = [value] if lists else {"k": value}
     return {"top": value}
