@@ -84,6 +84,9 @@ def client_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
     return client
 
 
+MEMO_MAX_ENTRIES = 16  # memoised answers per account pool
+
+
 class AccountPool:
     """What may outlive one call for one account: its connections and memoised answers."""
 
@@ -91,7 +94,9 @@ class AccountPool:
         self._connector: aiohttp.TCPConnector | None = None
         self._client: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._memo: dict[str, tuple[float, Any]] = {}
+        # Bounded in count and age: keys can come from callers (GitLab's `project`), values
+        # are decoded provider answers.
+        self._memo: OrderedDict[str, tuple[float, Any]] = OrderedDict()
         self._memo_locks: dict[str, asyncio.Lock] = {}
 
     def connector(self) -> aiohttp.TCPConnector:
@@ -130,13 +135,32 @@ class AccountPool:
     def memo_get(self, key: str) -> Any | None:
         """A cached answer younger than the memo TTL, or None."""
         hit = self._memo.get(key)
-        if hit is None or time.monotonic() - hit[0] > _MEMO_TTL_SECONDS:
+        if hit is None:
             return None
+        if time.monotonic() - hit[0] > _MEMO_TTL_SECONDS:
+            del self._memo[key]
+            return None
+        self._memo.move_to_end(key)
         return hit[1]
 
     def memo_put(self, key: str, value: Any) -> None:
-        """Remember an answer for the memo TTL."""
-        self._memo[key] = (time.monotonic(), value)
+        """Remember an answer for the memo TTL; past MEMO_MAX_ENTRIES the least recently used
+        answers (and every expired one) are forgotten."""
+        now = time.monotonic()
+        self._memo[key] = (now, value)
+        self._memo.move_to_end(key)
+        for stale in [k for k, (at, _) in self._memo.items() if now - at > _MEMO_TTL_SECONDS]:
+            del self._memo[stale]
+        while len(self._memo) > MEMO_MAX_ENTRIES:
+            self._memo.popitem(last=False)
+        # A lock is needed only while its key is being fetched or remembered.
+        for idle in [k for k, lock in self._memo_locks.items()
+                     if k not in self._memo and not lock.locked()]:
+            del self._memo_locks[idle]
+
+    def memo_size(self) -> tuple[int, int]:
+        """(answers, locks) held now."""
+        return len(self._memo), len(self._memo_locks)
 
     def memo_lock(self, key: str) -> asyncio.Lock:
         """One lock per memo key, so concurrent queries fetch a shared answer once."""
