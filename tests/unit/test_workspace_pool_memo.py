@@ -26,10 +26,11 @@ async def test_distinct_keys_keep_at_most_the_bound_and_the_newest() -> None:
     assert pool.memo_get("project-199") == {"answer": 199}
 
 
-async def test_recently_read_answers_survive_and_expired_ones_go(
+def test_recently_read_answers_survive_and_expired_ones_go(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [1000.0]
+    # Sync test: no event loop runs while time.monotonic is replaced.
     monkeypatch.setattr("service.workspace.pool.time.monotonic", lambda: clock[0])
     pool = AccountPool()
     pool.memo_put("repos", ["a"])
