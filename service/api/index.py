@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, cast
+
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import DecodeError
 
 from service import context as request_context
 from service.api.convert_index import (
@@ -15,7 +18,7 @@ from service.api.convert_index import (
     result_to_proto,
     status_to_proto,
 )
-from service.api.wire import Undecodable
+from service.api.wire import Undecodable, find_invalid_utf8, split_field
 from service.embeddings.base import EmbeddingIdentity
 from service.errors import FieldViolation, InvalidArgument, NotFound, ServiceError
 from service.indexing.documents import IncomingDocument
@@ -29,6 +32,8 @@ _EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}\Z")  # \Z: "$" allows a fina
 MAX_DOCS_PER_MESSAGE = 500
 MAX_KEYS = 1000
 MAX_STATUS_PROJECTS = 1000
+DOCUMENT_DESCRIPTOR = cast(Descriptor, pb.Document.DESCRIPTOR)
+DOCUMENTS_FIELD = pb.UpsertDocumentsRequest.DESCRIPTOR.fields_by_name["documents"].number
 
 
 class IndexServicer(pb_grpc.IndexServiceServicer):
@@ -104,6 +109,25 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         async for message in request_iterator:
             field = f"messages[{message_number}]"
             message_number += 1
+            salvaged = _salvage(message) if isinstance(message, Undecodable) else None
+            if salvaged is not None:  # one bad document: the others are kept, indices hold
+                message, undecodable = salvaged
+                results = await self._upsert_message(
+                    tenant, message, index, field, reply, undecodable
+                )
+                # Its own violation wins over one for the whole message (say, project_id).
+                results = [
+                    DocumentResult(r.index, "", "", None, FieldViolation(
+                        f"{field}.{undecodable[r.index - index].field}",
+                        undecodable[r.index - index].description))
+                    if r.index - index in undecodable else r
+                    for r in results
+                ]
+                index += len(message.documents)
+                for r in results:
+                    reply.results.append(result_to_proto(r))
+                    _count(reply, r)
+                continue
             if isinstance(message, Undecodable):
                 reply.results.append(
                     pb.DocumentResult(
@@ -131,6 +155,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         first: int,
         field: str,
         reply: pb.UpsertDocumentsResponse,
+        undecodable: Mapping[int, FieldViolation] | None = None,
     ) -> list[DocumentResult]:
         count = len(message.documents)
         reply.documents_received += count
@@ -146,6 +171,11 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         incoming: list[tuple[int, IncomingDocument]] = []
         rejected: list[DocumentResult] = []
         for i, doc in enumerate(message.documents):
+            bad = (undecodable or {}).get(i)
+            if bad is not None:
+                violation = FieldViolation(f"{field}.{bad.field}", bad.description)
+                rejected.append(DocumentResult(first + i, "", "", None, violation))
+                continue
             try:
                 incoming.append((first + i, document_from_proto(doc, f"{field}.documents[{i}]")))
             except ServiceError as error:
@@ -206,6 +236,31 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             vector_search_available=self._store.capabilities.vector_search,
             truncated=truncated,
         )
+
+
+def _salvage(
+    message: Undecodable,
+) -> tuple[pb.UpsertDocumentsRequest, dict[int, FieldViolation]] | None:
+    """An UpsertDocumentsRequest that failed to decode, document by document: the documents
+    that decode, a placeholder for each one that does not (with its violation), so that one
+    bad string rejects only its document, at its own index. None when the rest is broken."""
+    try:
+        rest, parts = split_field(message.data, DOCUMENTS_FIELD)
+        salvaged = pb.UpsertDocumentsRequest.FromString(rest)
+    except (ValueError, DecodeError):
+        return None
+    bad: dict[int, FieldViolation] = {}
+    for i, part in enumerate(parts):
+        try:
+            salvaged.documents.append(pb.Document.FromString(part))
+        except DecodeError:
+            found = find_invalid_utf8(DOCUMENT_DESCRIPTOR, part, f"documents[{i}].")
+            bad[i] = FieldViolation(
+                found or f"documents[{i}]",
+                "string is not valid UTF-8" if found else "document could not be decoded",
+            )
+            salvaged.documents.append(pb.Document())  # keeps the indices of the rest
+    return (salvaged, bad) if bad else None
 
 
 def _no_project(field: str) -> FieldViolation:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -19,6 +20,7 @@ class Undecodable:
 
     field: str
     description: str
+    data: bytes = dataclass_field(default=b"", repr=False)  # the raw message, to salvage
 
     def error(self) -> InvalidArgument:
         """The INVALID_ARGUMENT to answer with."""
@@ -36,8 +38,8 @@ def lenient(deserializer: Callable[[bytes], Any] | None, descriptor: Descriptor 
         except Exception:
             found = find_invalid_utf8(descriptor, data) if descriptor is not None else None
             if found:
-                return Undecodable(found, "string is not valid UTF-8")
-            return Undecodable("request", "request message could not be decoded")
+                return Undecodable(found, "string is not valid UTF-8", data)
+            return Undecodable("request", "request message could not be decoded", data)
 
     return parse
 
@@ -66,6 +68,25 @@ def _skip(data: bytes, pos: int, wire: int) -> tuple[bytes | None, int]:
         length, pos = _varint(data, pos)
         return data[pos : pos + length], pos + length
     raise ValueError("unsupported wire type")
+
+
+def split_field(data: bytes, number: int) -> tuple[bytes, list[bytes]]:
+    """The message without field `number` (a length-delimited one), and its payloads in
+    order; ValueError when the bytes are not a well-formed message."""
+    rest = bytearray()
+    parts: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        start = pos
+        key, pos = _varint(data, pos)
+        payload, pos = _skip(data, pos, key & 7)
+        if pos > len(data):
+            raise ValueError("truncated field")
+        if key >> 3 == number and key & 7 == 2 and payload is not None:
+            parts.append(payload)
+        else:
+            rest += data[start:pos]
+    return bytes(rest), parts
 
 
 def find_invalid_utf8(

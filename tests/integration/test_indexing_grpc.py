@@ -261,3 +261,28 @@ async def test_metadata_nests_16_deep_and_every_result_decodes(
             scope=ps.ProjectScope(project_ids=[project.project_id]), text="nebula",
             mode=ps.SEARCH_MODE_FTS))]
         assert [r.row_id for r in pages[0].results] == ["ok"]  # decoded by the stock client
+
+
+async def test_invalid_utf8_in_one_document_rejects_that_document_only(tmp_path: Path) -> None:
+    """It used to reject its whole message as one document: siblings lost, indices shifted."""
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        project = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))).project
+        first = index_pb2.UpsertDocumentsRequest(project_id=project.project_id, documents=[
+            index_pb2.Document(kind="note", row_id="a", body="alpha"),
+            index_pb2.Document(kind="note", row_id="b", title="MARK", body="bravo"),
+            index_pb2.Document(kind="note", row_id="c", body="charlie"),
+        ]).SerializeToString().replace(b"MARK", b"\xff\xfeMA")
+        second = index_pb2.UpsertDocumentsRequest(project_id=project.project_id, documents=[
+            index_pb2.Document(kind="note", row_id="d", body="delta")]).SerializeToString()
+        upsert: Any = channel.stream_unary(
+            "/search.v1.IndexService/UpsertDocuments",
+            response_deserializer=index_pb2.UpsertDocumentsResponse.FromString,
+        )
+        reply = await upsert(iter([first, second]))
+        assert (reply.documents_received, reply.documents_created,
+                reply.documents_rejected) == (4, 3, 1)
+        outcomes = {r.index: (r.row_id, r.outcome, r.field) for r in reply.results}
+        assert outcomes[1] == ("", index_pb2.DOCUMENT_OUTCOME_REJECTED,
+                               "messages[0].documents[1].title")
+        assert {i: o[0] for i, o in outcomes.items() if i != 1} == {0: "a", 2: "c", 3: "d"}
