@@ -39,7 +39,9 @@ FROM projects AS p
 LEFT JOIN (
     SELECT d.project_id, d.kind, d.row_id, d.content_hash
     FROM json_each(:keys) AS k
-    JOIN documents AS d
+    -- CROSS JOIN keeps the keys as the outer loop (SQLite never reorders it), so each key is
+    -- one lookup in the (project_id, kind, row_id) index: O(batch), not O(project x batch).
+    CROSS JOIN documents AS d
       ON d.project_id = :project_id AND d.kind = k.value ->> 0 AND d.row_id = k.value ->> 1
 ) AS h ON h.project_id = p.project_id
 WHERE p.project_id = :project_id AND p.tenant = :tenant
