@@ -28,6 +28,9 @@ WHERE tenant = $1 AND project_id = ANY($2::bigint[])
 ORDER BY project_id"""  # noqa: S608 - only constant fragments are interpolated
 # The count reads the snapshot from before the delete (data-modifying CTE semantics), and
 # only documents of the project the tenant-checked delete removed.
+# Taken first: the project's in-flight upserts (which hold it FOR KEY SHARE) finish and new
+# ones wait, so the cascade below does not meet them half-way.
+LOCK_PROJECT = "SELECT 1 FROM projects WHERE tenant = $1 AND project_id = $2 FOR UPDATE"
 DELETE_PROJECT = """
 WITH deleted AS (
     DELETE FROM projects WHERE tenant = $1 AND project_id = $2 RETURNING project_id
@@ -110,6 +113,8 @@ async def get_projects(conn: Conn, tenant: str, project_ids: Sequence[int]) -> l
 
 async def delete_project(conn: Conn, tenant: str, project_id: int) -> int | None:
     """Delete a project with its documents; their number, or None when not found."""
+    if await conn.fetchval(LOCK_PROJECT, tenant, project_id) is None:
+        return None
     row = await conn.fetchrow(DELETE_PROJECT, tenant, project_id)
     return int(row["documents"]) if row["found"] else None
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import random
 from collections.abc import Sequence
 
-from service import tracing
+import asyncpg
+
+from service import errors, tracing
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import (
     AccountRecord,
@@ -31,6 +35,7 @@ from service.store.postgres.replicas import ReplicaRouter
 from service.store.postgres.search import check_plan, run_search
 
 ADAPTER = "pgvector"
+DELETE_ATTEMPTS = 5  # DeleteProject retried on a deadlock
 PING = "SELECT 1"
 DB_SYSTEM = "postgresql"
 
@@ -155,12 +160,25 @@ class PostgresStore:
         return await self._db.run(lambda conn: projects.get_projects(conn, tenant, ids))
 
     async def delete_project(self, tenant: str, project_id: int) -> int | None:
-        """Delete a project of `tenant` with everything in it; None when not found."""
-        async with self._db.connection() as conn:
-            async with conn.raw.transaction():
-                deleted = await projects.delete_project(conn, tenant, project_id)
-            await self._note_write(conn)
-            return deleted
+        """Delete a project of `tenant` with everything in it; None when not found.
+
+        The project row is locked first (in-flight upserts of the project finish, new ones
+        wait), and a deadlock with a concurrent DeleteDocuments (both cascade through
+        documents and chunks, in different orders) is retried: the delete always ends.
+        """
+        for attempt in range(DELETE_ATTEMPTS):
+            try:
+                async with self._db.connection() as conn:
+                    async with conn.raw.transaction():
+                        deleted = await projects.delete_project(conn, tenant, project_id)
+                    await self._note_write(conn)
+                    return deleted
+            except errors.Unavailable as error:
+                deadlock = isinstance(error.__cause__, asyncpg.exceptions.DeadlockDetectedError)
+                if not deadlock or attempt == DELETE_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1) * (1 + random.random()))
+        raise AssertionError("unreachable")
 
     async def document_hashes(
         self, tenant: str, project_id: int, keys: Sequence[DocKey]
