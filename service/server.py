@@ -377,7 +377,10 @@ async def _build_servicers(
         from service.tracing import TracedEmbedder
 
         embedder = TracedEmbedder(embedder)
-    search = ProjectSearch(store, embedder, signer, exact_scan_limit=settings.exact_scan_limit)
+    search = ProjectSearch(
+        store, embedder, signer, exact_scan_limit=settings.exact_scan_limit,
+        statement_timeout=settings.project_search_timeout,
+    )
     indexer = Indexer(store, embedder)
     servicers: dict[str, Any] = {
         "search.v1.ProjectSearchService": ProjectSearchServicer(search),

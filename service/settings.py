@@ -144,6 +144,11 @@ class Settings:
     workspace_max_rounds_per_page: int = field(
         default=3, metadata=_doc("Extra provider fetch rounds per fused page to make it exact.")
     )
+    project_search_timeout: float = field(
+        default=30.0,
+        metadata=_doc("Seconds one project search page's statement may run, whatever the "
+                      "client's deadline (none, or a longer one); then DEADLINE_EXCEEDED."),
+    )
     workspace_timeout: float = field(
         default=20.0, metadata=_doc("Seconds a workspace search may take without a deadline.")
     )
@@ -221,6 +226,7 @@ class Settings:
             ("search_rate_per_tenant", self.search_rate_per_tenant >= 0),
             ("workspace_max_rounds_per_page", 0 <= self.workspace_max_rounds_per_page <= 100),
             ("workspace_timeout", self.workspace_timeout > 0),
+            ("project_search_timeout", self.project_search_timeout > 0),
             ("otel_exporter", self.otel_exporter in {"otlp", "console", "none"}),
             ("otel_service_name", bool(self.otel_service_name.strip())),
             ("otel_sample_ratio", 0.0 <= self.otel_sample_ratio <= 1.0),

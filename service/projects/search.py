@@ -44,7 +44,9 @@ class ProjectSearch:
         signer: TokenSigner,
         *,
         exact_scan_limit: int = 50_000,
+        statement_timeout: float = 30.0,
     ) -> None:
+        self._statement_timeout = statement_timeout
         self._store = store
         self._embedder = embedder
         self._signer = signer
@@ -78,8 +80,11 @@ class ProjectSearch:
             exact_scan_limit=self._exact_scan_limit,
         )
         for _ in range(valid.max_pages):
-            # Statement timeouts follow the call's deadline.
-            plan = dataclasses.replace(plan, timeout=request_context.current().time_remaining())
+            # Statement timeouts follow the call's deadline, and never exceed the server's.
+            remaining = request_context.current().time_remaining()
+            limit = self._statement_timeout
+            timeout = limit if remaining is None else min(remaining, limit)
+            plan = dataclasses.replace(plan, timeout=timeout)
             page = await self._store.search(plan)
             token = ""
             if page.has_more:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -135,21 +136,34 @@ def check_plan(plan: SearchPlan, vector_search: bool, reason: str) -> None:
 
 
 def run_search(
-    conn: apsw.Connection, plan: SearchPlan, index: VectorIndex, checker: Fts5Checker
+    conn: apsw.Connection,
+    plan: SearchPlan,
+    index: VectorIndex,
+    checker: Fts5Checker,
+    cancelled: threading.Event | None = None,
 ) -> SearchPage:
-    """Execute the statement (once; again without lexical channel if FTS5 still objects)."""
-    if plan.timeout is not None:
-        deadline = time.monotonic() + plan.timeout
-        conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    """Execute the statement (once; again without lexical channel if FTS5 still objects).
+
+    The statement stops at the plan's timeout, and as soon as `cancelled` is set (the call
+    went away): the reader thread is free again within PROGRESS_STEPS virtual machine steps.
+    """
+    deadline = None if plan.timeout is None else time.monotonic() + plan.timeout
+    stop = cancelled or threading.Event()
+
+    def interrupt() -> bool:
+        return stop.is_set() or (deadline is not None and time.monotonic() > deadline)
+
+    conn.set_progress_handler(interrupt, PROGRESS_STEPS)
     try:
         return page_from_rows(plan, _fetch(conn, plan, index, checker))
     except apsw.InterruptError as exc:
+        if stop.is_set():
+            raise errors.Cancelled("the search was cancelled by its caller") from exc
         raise errors.DeadlineExceeded(
-            f"the search statement was cancelled after {plan.timeout} s"
+            f"the search statement was stopped after {plan.timeout:.3g} s"
         ) from exc
     finally:
-        if plan.timeout is not None:
-            conn.set_progress_handler(None)
+        conn.set_progress_handler(None)
 
 
 def _fetch(

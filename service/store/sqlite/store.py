@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+import apsw
 
 from service import tracing
 from service.embeddings.base import EmbeddingIdentity
@@ -33,6 +37,35 @@ from service.store.sqlite.search import check_plan, run_search
 DEFAULT_READERS = 4
 ADAPTER = "sqlite-vec"
 DB_SYSTEM = "sqlite"
+
+
+T = TypeVar("T")
+
+
+class _Running:
+    """One statement on a reader thread that its caller can stop from the event loop:
+    `sqlite3_interrupt` (FTS5 prefix expansion does not reach the progress handler) while
+    the statement runs, and a flag for the progress handler in case it has not started."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._conn: apsw.Connection | None = None
+
+    def run(self, conn: apsw.Connection, job: Callable[[], T]) -> T:
+        with self._lock:
+            self._conn = conn
+        try:
+            return job()
+        finally:
+            with self._lock:  # from here on the connection may serve another job
+                self._conn = None
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        with self._lock:
+            if self._conn is not None:
+                self._conn.interrupt()
 
 
 class SqliteStore:
@@ -178,8 +211,17 @@ class SqliteStore:
             return SearchPage((), total, False, False, True)
         index, checker = self._index, self._checker
         self._reads += 1
+        running = _Running()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
-            return await self._readers.run(lambda conn: run_search(conn, plan, index, checker))
+            try:
+                return await self._readers.run(
+                    lambda conn: running.run(
+                        conn, lambda: run_search(conn, plan, index, checker, running.cancelled)
+                    )
+                )
+            except asyncio.CancelledError:
+                running.cancel()  # the statement stops now; its reader thread is free again
+                raise
 
     def stats(self) -> StoreStats:
         """Busy connections of the reader and writer threads, and searches served."""
