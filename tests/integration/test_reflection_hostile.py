@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -34,7 +35,8 @@ async def test_undecodable_reflection_requests_are_invalid_argument(
     async with running_server(tmp_path, AUTH) as app, grpc.aio.insecure_channel(
         f"127.0.0.1:{app.port}"
     ) as channel:
-        call = channel.stream_stream(REFLECTION)(iter([payload]))  # raw bytes, no token
+        method: Any = channel.stream_stream(REFLECTION)  # raw bytes both ways, no token
+        call = method(iter([payload]))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in call:
                 pass
