@@ -18,7 +18,13 @@ from service.api.convert_index import (
     result_to_proto,
     status_to_proto,
 )
-from service.api.wire import Undecodable, find_invalid_utf8, split_field
+from service.api.wire import (
+    NUL_MESSAGE,
+    Undecodable,
+    find_invalid_utf8,
+    find_nul,
+    split_field,
+)
 from service.embeddings.base import EmbeddingIdentity
 from service.errors import FieldViolation, InvalidArgument, NotFound, ServiceError
 from service.indexing.documents import IncomingDocument
@@ -175,6 +181,11 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             if bad is not None:
                 violation = FieldViolation(f"{field}.{bad.field}", bad.description)
                 rejected.append(DocumentResult(first + i, "", "", None, violation))
+                continue
+            nul = find_nul(doc, f"{field}.documents[{i}].")
+            if nul is not None:  # PostgreSQL cannot store it, SQLite could: neither does
+                violation = FieldViolation(nul, NUL_MESSAGE)
+                rejected.append(DocumentResult(first + i, doc.kind, doc.row_id, None, violation))
                 continue
             try:
                 incoming.append((first + i, document_from_proto(doc, f"{field}.documents[{i}]")))

@@ -15,9 +15,9 @@ import grpc
 
 from service import context as request_context
 from service.api.status import abort, internal_status, to_rpc_status
-from service.api.wire import Undecodable, lenient
+from service.api.wire import NUL_MESSAGE, Undecodable, find_nul, lenient
 from service.auth import Authenticator
-from service.errors import ResourceExhausted, ServiceError
+from service.errors import InvalidArgument, ResourceExhausted, ServiceError
 from service.ratelimit import TenantRateLimiter
 
 log = logging.getLogger("search.access")
@@ -105,8 +105,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         async def wrapper(request: Any, context: Ctx) -> Any:
             call = _Call(self, method, context)
             async with call:
-                if isinstance(request, Undecodable):
-                    raise request.error()
+                _check_request(request)
                 return await behavior(request, context)
             return None  # reached only when the call was aborted with a status
 
@@ -120,12 +119,23 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
             call = _Call(self, method, context)
             async with call:
-                if isinstance(request, Undecodable):
-                    raise request.error()
+                _check_request(request)
                 async for item in behavior(request, context):
                     yield item
 
         return wrapper
+
+
+def _check_request(request: Any) -> None:
+    """A request message that did not decode, or that carries a NUL in any string, is
+    INVALID_ARGUMENT naming the field. Request streams are checked by their servicer
+    (UpsertDocuments rejects such a document alone)."""
+    if isinstance(request, Undecodable):
+        raise request.error()
+    if hasattr(request, "ListFields"):
+        found = find_nul(request)
+        if found:
+            raise InvalidArgument.field(found, NUL_MESSAGE)
 
 
 async def _decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:

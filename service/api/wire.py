@@ -12,6 +12,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from service.errors import InvalidArgument
 
 _MAX_DEPTH = 32
+NUL_MESSAGE = "must not contain U+0000 (NUL)"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,61 @@ def _skip(data: bytes, pos: int, wire: int) -> tuple[bytes | None, int]:
         length, pos = _varint(data, pos)
         return data[pos : pos + length], pos + length
     raise ValueError("unsupported wire type")
+
+
+def find_nul(message: Any, prefix: str = "", depth: int = 0) -> str | None:
+    """The path of the first string (value or map key) holding U+0000, e.g.
+    `filters.kinds[0]` or `documents[2].metadata.fields["a"]`; None when there is none.
+
+    PostgreSQL cannot store NUL in text and SQLite can: both stores must answer alike, so
+    no request string may carry one (rejected as INVALID_ARGUMENT naming the field)."""
+    if depth > _MAX_DEPTH:
+        return None
+    for descriptor, value in message.ListFields():
+        name = f"{prefix}{descriptor.name}"
+        found = _nul_in_field(descriptor, value, name, depth)
+        if found:
+            return found
+    return None
+
+
+_JSON_TYPES = ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue")
+
+
+def _nul_in_field(descriptor: FieldDescriptor, value: Any, name: str, depth: int) -> str | None:
+    message_type = descriptor.message_type
+    if message_type is not None and message_type.full_name in _JSON_TYPES:
+        # JSON values (metadata): the field is named, not the path inside the value.
+        items = value if descriptor.is_repeated else [value]
+        for index, item in enumerate(items):
+            if find_nul(item, "", depth + 1) is not None:
+                return f"{name}[{index}]" if descriptor.is_repeated else name
+        return None
+    if message_type is not None and message_type.GetOptions().map_entry:
+        return _nul_in_map(value, name, depth)
+    items = value if descriptor.is_repeated else [value]
+    for index, item in enumerate(items):
+        path = f"{name}[{index}]" if descriptor.is_repeated else name
+        if isinstance(item, str):
+            if "\x00" in item:
+                return path
+        elif hasattr(item, "ListFields"):
+            found = find_nul(item, f"{path}.", depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _nul_in_map(value: Any, name: str, depth: int) -> str | None:
+    for key, item in value.items():
+        path = f"{name}[{key!r}]"
+        if (isinstance(key, str) and "\x00" in key) or (isinstance(item, str) and "\x00" in item):
+            return path
+        if hasattr(item, "ListFields"):
+            found = find_nul(item, f"{path}.", depth + 1)
+            if found:
+                return found
+    return None
 
 
 def split_field(data: bytes, number: int) -> tuple[bytes, list[bytes]]:
