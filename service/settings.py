@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 PREFIX = "SEARCH_"
+# Read by the command-line client (`SEARCH_CLIENT_TOKEN`), not by the server: an operator
+# who exports them in the server's shell must not be refused.
+CLIENT_PREFIX = "SEARCH_CLIENT_"
 
 
 class SettingsError(ValueError):
@@ -187,7 +190,9 @@ class Settings:
         hints = get_type_hints(cls)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(
-            k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in known
+            k for k in env
+            if k.startswith(PREFIX) and not k.startswith(CLIENT_PREFIX)
+            and k[len(PREFIX) :].lower() not in known
         )
         if unknown:
             raise SettingsError(f"unknown setting {unknown[0]}")

@@ -206,3 +206,12 @@ def test_demo_runs_to_the_end_on_the_readme_postgres_recipe(tmp_path: Path) -> N
         rest, _ = postgres.communicate(timeout=120)
     assert postgres.returncode == 0, rest
     assert "PostgreSQL stopped" in rest
+
+
+def test_the_server_accepts_the_client_token_variable_in_its_environment() -> None:
+    """`export SEARCH_CLIENT_TOKEN=...` for the CLI, then `scripts/serve` in the same shell."""
+    from service.settings import Settings, SettingsError
+
+    Settings.from_mapping({"SEARCH_CLIENT_TOKEN": "secret"})
+    with pytest.raises(SettingsError, match="unknown setting SEARCH_CLIENT"):
+        Settings.from_mapping({"SEARCH_CLIENTS": "1"})
