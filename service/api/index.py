@@ -38,6 +38,7 @@ _EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}\Z")  # \Z: "$" allows a fina
 MAX_DOCS_PER_MESSAGE = 500
 MAX_KEYS = 1000
 MAX_STATUS_PROJECTS = 1000
+MAX_RESULTS = 10_000  # DocumentResults in one UpsertDocumentsResponse (~4 MB at most)
 DOCUMENT_DESCRIPTOR = cast(Descriptor, pb.Document.DESCRIPTOR)
 DOCUMENTS_FIELD = pb.UpsertDocumentsRequest.DESCRIPTOR.fields_by_name["documents"].number
 
@@ -131,18 +132,20 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
                 ]
                 index += len(message.documents)
                 for r in results:
-                    reply.results.append(result_to_proto(r))
-                    _count(reply, r)
+                    _add_result(reply, r)
                 continue
             if isinstance(message, Undecodable):
-                reply.results.append(
-                    pb.DocumentResult(
-                        index=index,
-                        outcome=pb.DOCUMENT_OUTCOME_REJECTED,
-                        field=f"{field}.{message.field}",
-                        message=message.description,
+                if len(reply.results) < MAX_RESULTS:
+                    reply.results.append(
+                        pb.DocumentResult(
+                            index=index,
+                            outcome=pb.DOCUMENT_OUTCOME_REJECTED,
+                            field=f"{field}.{message.field}",
+                            message=message.description,
+                        )
                     )
-                )
+                else:
+                    reply.results_truncated = True
                 reply.documents_received += 1
                 reply.documents_rejected += 1
                 index += 1
@@ -150,8 +153,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             results = await self._upsert_message(tenant, message, index, field, reply)
             index += len(message.documents)
             for r in results:
-                reply.results.append(result_to_proto(r))
-                _count(reply, r)
+                _add_result(reply, r)
         return reply
 
     async def _upsert_message(
@@ -285,6 +287,15 @@ def _reject_all(
         DocumentResult(first + i, d.kind, d.row_id, None, problem)
         for i, d in enumerate(message.documents)
     ]
+
+
+def _add_result(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:
+    """Count the document; list it while the response holds fewer than MAX_RESULTS."""
+    _count(reply, r)
+    if len(reply.results) < MAX_RESULTS:
+        reply.results.append(result_to_proto(r))
+    else:
+        reply.results_truncated = True
 
 
 def _count(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:

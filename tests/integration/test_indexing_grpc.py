@@ -286,3 +286,20 @@ async def test_invalid_utf8_in_one_document_rejects_that_document_only(tmp_path:
         assert outcomes[1] == ("", index_pb2.DOCUMENT_OUTCOME_REJECTED,
                                "messages[0].documents[1].title")
         assert {i: o[0] for i, o in outcomes.items() if i != 1} == {0: "a", 2: "c", 3: "d"}
+
+
+async def test_an_upsert_response_stays_bounded_for_any_stream_length(tmp_path: Path) -> None:
+    """One result per document of a long stream grew past the 16 MiB message limit and ended
+    RESOURCE_EXHAUSTED after the documents were committed (issue 17 item 8)."""
+    async with running_server(tmp_path) as app, channel_to(app) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        project = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))).project
+        # Rejected documents (bad kind): the stream is long, nothing needs writing.
+        batch = [index_pb2.Document(kind="Bad Kind", row_id=f"r{i}" * 20) for i in range(500)]
+        reply = await _upsert(stub, project.project_id, *([batch] * 21))
+        assert (reply.documents_received, reply.documents_rejected) == (10_500, 10_500)
+        assert len(reply.results) == 10_000
+        assert reply.results_truncated
+        assert reply.results[-1].index == 9_999
+        small = await _upsert(stub, project.project_id, batch[:3])
+        assert (len(small.results), small.results_truncated) == (3, False)

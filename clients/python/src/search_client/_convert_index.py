@@ -83,6 +83,7 @@ def upsert_summary_from_pb(message: pb.UpsertDocumentsResponse) -> UpsertSummary
         documents_rejected=message.documents_rejected,
         chunks_written=message.chunks_written,
         chunks_embedded=message.chunks_embedded,
+        results_truncated=message.results_truncated,
         results=tuple(
             DocumentResult(
                 index=r.index,

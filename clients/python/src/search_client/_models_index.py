@@ -117,6 +117,8 @@ class UpsertSummary:
     chunks_written: int
     chunks_embedded: int
     results: tuple[DocumentResult, ...] = ()
+    # Documents past the first 10,000 of the stream have no entry in `results`.
+    results_truncated: bool = False
 
     @property
     def rejected(self) -> tuple[DocumentResult, ...]:

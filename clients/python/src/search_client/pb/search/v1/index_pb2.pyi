@@ -147,7 +147,7 @@ class DocumentResult(_message.Message):
     def __init__(self, index: _Optional[int] = ..., kind: _Optional[str] = ..., row_id: _Optional[str] = ..., outcome: _Optional[_Union[DocumentOutcome, str]] = ..., field: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class UpsertDocumentsResponse(_message.Message):
-    __slots__ = ("documents_received", "documents_created", "documents_updated", "documents_unchanged", "documents_rejected", "chunks_written", "chunks_embedded", "results")
+    __slots__ = ("documents_received", "documents_created", "documents_updated", "documents_unchanged", "documents_rejected", "chunks_written", "chunks_embedded", "results", "results_truncated")
     DOCUMENTS_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_CREATED_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_UPDATED_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +156,7 @@ class UpsertDocumentsResponse(_message.Message):
     CHUNKS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_EMBEDDED_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     documents_received: int
     documents_created: int
     documents_updated: int
@@ -164,7 +165,8 @@ class UpsertDocumentsResponse(_message.Message):
     chunks_written: int
     chunks_embedded: int
     results: _containers.RepeatedCompositeFieldContainer[DocumentResult]
-    def __init__(self, documents_received: _Optional[int] = ..., documents_created: _Optional[int] = ..., documents_updated: _Optional[int] = ..., documents_unchanged: _Optional[int] = ..., documents_rejected: _Optional[int] = ..., chunks_written: _Optional[int] = ..., chunks_embedded: _Optional[int] = ..., results: _Optional[_Iterable[_Union[DocumentResult, _Mapping]]] = ...) -> None: ...
+    results_truncated: bool
+    def __init__(self, documents_received: _Optional[int] = ..., documents_created: _Optional[int] = ..., documents_updated: _Optional[int] = ..., documents_unchanged: _Optional[int] = ..., documents_rejected: _Optional[int] = ..., chunks_written: _Optional[int] = ..., chunks_embedded: _Optional[int] = ..., results: _Optional[_Iterable[_Union[DocumentResult, _Mapping]]] = ..., results_truncated: _Optional[bool] = ...) -> None: ...
 
 class DocumentKey(_message.Message):
     __slots__ = ("kind", "row_id")
