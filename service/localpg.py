@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -114,13 +115,41 @@ class PgServer:
 
     def _clear_stale_lock(self) -> None:
         """A killed postmaster that nobody reaped stays a zombie whose pid still answers
-        kill(0), and PostgreSQL would refuse to start beside its lock file."""
+        kill(0), and PostgreSQL would refuse to start beside its lock file. The lock goes
+        only once no process of the old server is left (an orphaned backend still attached
+        to the old shared memory must never meet a new postmaster)."""
         pid = self.postmaster_pid()
-        if pid is None or self.pgdata is None or _running(pid):
+        if pid is None or self.pgdata is None or _running(pid) or self.orphans():
             return
         (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
         for lock in self.pgdata.glob(".s.PGSQL.*.lock"):  # the socket's lock names it too
             lock.unlink(missing_ok=True)
+
+    def orphans(self) -> list[int]:
+        """Live processes working in this data directory (PostgreSQL's backends chdir there)."""
+        if self.pgdata is None:
+            return []
+        home = str(self.pgdata.resolve())
+        found = []
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                if os.readlink(entry / "cwd") == home and _running(int(entry.name)):
+                    found.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def _reap_orphans(self, timeout: float) -> None:
+        """Wait for the old server's processes to notice their postmaster died and exit;
+        kill what is left after `timeout` (a private server: nothing else uses them)."""
+        deadline = time.monotonic() + timeout
+        while self.orphans() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in self.orphans():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        while self.orphans() and time.monotonic() < deadline + 10:
+            time.sleep(0.1)
 
     def is_ready(self) -> bool:
         """`pg_isready`: the server accepts connections now."""
@@ -146,24 +175,28 @@ class PgServer:
             time.sleep(0.2)
 
     def ensure_running(self, timeout: float = START_TIMEOUT) -> bool:
-        """Bring an owned server back if it went away; True when it had to be restarted."""
+        """Bring an owned server back if it went away; True when it had to be restarted.
+
+        A postmaster in crash recovery is waited for; one that died (even a moment ago,
+        while this check ran) is started again on the same data directory once the
+        backends it orphaned are gone.
+        """
         if self.is_ready():
             return False
-        if self.postmaster_alive():
-            self.wait_ready(timeout)  # alive but not ready: in crash recovery or starting
-            return True
-        # Stopped or killed: start it on the same data directory. Backends orphaned by a
-        # killed postmaster hold its shared memory for a moment, so retry until the deadline.
         deadline = time.monotonic() + timeout
-        while True:
-            self._clear_stale_lock()
-            try:
+        while not self.is_ready():
+            if time.monotonic() > deadline:
+                raise LocalPostgresError(
+                    f"PostgreSQL at {self.pgdata} not back after {timeout:.0f} s; "
+                    f"log tail: {self.log_tail()}"
+                )
+            if self.postmaster_alive():
+                time.sleep(0.2)  # recovering or starting (or about to die: looked at again)
+                continue
+            self._reap_orphans(timeout=15)
+            with contextlib.suppress(LocalPostgresError):  # retried until the deadline
                 self.start()
-                return True
-            except LocalPostgresError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        return True
 
     def log_tail(self, limit: int = 2000) -> str:
         """The end of the server log ('' when there is none)."""
