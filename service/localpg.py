@@ -23,12 +23,12 @@ import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from service.store.postgres.canary import check_pgvector
+from service.store.postgres.canary import CHECKS, Check, check_pgvector
 
 T = TypeVar("T")
 SYSTEM_USER = "searchpg"  # PostgreSQL refuses to run as root
@@ -163,8 +163,12 @@ class PgServer:
         )
         return done.returncode == 0
 
-    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        """Return once the server accepts connections (through a crash recovery, say)."""
+    def wait_ready(self, timeout: float = START_TIMEOUT, *, restart: bool = False) -> None:
+        """Return once the server accepts connections (through a crash recovery, say).
+
+        With `restart`, a postmaster that died (even a moment ago, while this looked) is
+        started again on the same data directory once the backends it orphaned are gone.
+        """
         deadline = time.monotonic() + timeout
         while not self.is_ready():
             if time.monotonic() > deadline:
@@ -172,30 +176,18 @@ class PgServer:
                     f"PostgreSQL at {self.pgdata} not ready after {timeout:.0f} s; "
                     f"log tail: {self.log_tail()}"
                 )
-            time.sleep(0.2)
+            if restart and not self.postmaster_alive():
+                self._reap_orphans(timeout=15)
+                with contextlib.suppress(LocalPostgresError):  # retried until the deadline
+                    self.start()
+                continue
+            time.sleep(0.2)  # recovering or starting (or about to die: looked at again)
 
     def ensure_running(self, timeout: float = START_TIMEOUT) -> bool:
-        """Bring an owned server back if it went away; True when it had to be restarted.
-
-        A postmaster in crash recovery is waited for; one that died (even a moment ago,
-        while this check ran) is started again on the same data directory once the
-        backends it orphaned are gone.
-        """
+        """Bring an owned server back if it went away; True when it had to be restarted."""
         if self.is_ready():
             return False
-        deadline = time.monotonic() + timeout
-        while not self.is_ready():
-            if time.monotonic() > deadline:
-                raise LocalPostgresError(
-                    f"PostgreSQL at {self.pgdata} not back after {timeout:.0f} s; "
-                    f"log tail: {self.log_tail()}"
-                )
-            if self.postmaster_alive():
-                time.sleep(0.2)  # recovering or starting (or about to die: looked at again)
-                continue
-            self._reap_orphans(timeout=15)
-            with contextlib.suppress(LocalPostgresError):  # retried until the deadline
-                self.start()
+        self.wait_ready(timeout, restart=True)
         return True
 
     def log_tail(self, limit: int = 2000) -> str:
@@ -306,11 +298,12 @@ def start_server(
     port: int | None = None,
     durable: bool = False,
     settings: Mapping[str, str] | None = None,
-    canary: bool = True,
+    checks: Sequence[Check] = CHECKS,
 ) -> PgServer:
     """Start a private PostgreSQL (with pgvector); `pgdata` is created (or reused if it holds
     a cluster). Listens on a Unix socket in `pgdata`, and on 127.0.0.1:`port` when given.
-    Not `durable`: fsync off (disposable data). The canary runs before it is returned."""
+    Not `durable`: fsync off (disposable data). The canary (`checks`) runs before it is
+    returned; a server created here that fails it is deleted again."""
     pgdata = pgdata or Path(tempfile.mkdtemp(prefix="search-pg-"))
     pgdata.mkdir(parents=True, exist_ok=True)
     user = prepare_for_user(pgdata)
@@ -336,8 +329,7 @@ def start_server(
         if not server.postmaster_alive():
             server.start()
         server.wait_ready()
-        if canary:
-            run_sync(lambda: check_pgvector(server.dsn, log_path=server.log_path))
+        run_sync(lambda: check_pgvector(server.dsn, log_path=server.log_path, checks=checks))
     except BaseException:
         if fresh:
             server.close()

@@ -13,7 +13,9 @@ pytest_plugins = ["tests.fakes.fixtures"]
 
 # A test that asks for any of these needs a PostgreSQL server: it gets the `postgres` marker
 # whether or not its module says so, so `-m "not postgres"` deselects every one of them.
-PG_FIXTURES = frozenset({"pg_server", "pg_dsn", "fresh_pg_dsn", "isolated_pg_dsn", "pg_cluster"})
+PG_FIXTURES = frozenset(
+    {"pg_server", "pg_dsn", "fresh_pg_dsn", "isolated_pg_dsn", "pg_cluster", "private_pg_server"}
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -116,41 +116,19 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         async for message in request_iterator:
             field = f"messages[{message_number}]"
             message_number += 1
-            salvaged = _salvage(message) if isinstance(message, Undecodable) else None
-            if salvaged is not None:  # one bad document: the others are kept, indices hold
-                message, undecodable = salvaged
-                results = await self._upsert_message(
-                    tenant, message, index, field, reply, undecodable
-                )
-                # Its own violation wins over one for the whole message (say, project_id).
-                results = [
-                    DocumentResult(r.index, "", "", None, FieldViolation(
-                        f"{field}.{undecodable[r.index - index].field}",
-                        undecodable[r.index - index].description))
-                    if r.index - index in undecodable else r
-                    for r in results
-                ]
-                index += len(message.documents)
-                for r in results:
-                    _add_result(reply, r)
-                continue
+            undecodable: dict[int, FieldViolation] = {}
             if isinstance(message, Undecodable):
-                if len(reply.results) < MAX_RESULTS:
-                    reply.results.append(
-                        pb.DocumentResult(
-                            index=index,
-                            outcome=pb.DOCUMENT_OUTCOME_REJECTED,
-                            field=f"{field}.{message.field}",
-                            message=message.description,
-                        )
-                    )
-                else:
-                    reply.results_truncated = True
-                reply.documents_received += 1
-                reply.documents_rejected += 1
-                index += 1
-                continue
-            results = await self._upsert_message(tenant, message, index, field, reply)
+                salvaged = _salvage(message)
+                if salvaged is None:  # not even document by document: one rejection
+                    reply.documents_received += 1
+                    _add_result(reply, DocumentResult(index, "", "", None, FieldViolation(
+                        f"{field}.{message.field}", message.description)))
+                    index += 1
+                    continue
+                message, undecodable = salvaged  # one bad document: the others are kept
+            results = await self._upsert_message(
+                tenant, message, index, field, reply, undecodable
+            )
             index += len(message.documents)
             for r in results:
                 _add_result(reply, r)
@@ -164,6 +142,22 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         field: str,
         reply: pb.UpsertDocumentsResponse,
         undecodable: Mapping[int, FieldViolation] | None = None,
+    ) -> list[DocumentResult]:
+        """Results of one message; a document that did not decode (`undecodable`, by its
+        position) keeps its own violation whatever else rejects the message."""
+        bad = undecodable or {}
+        results = await self._upsert_decoded(tenant, message, first, field, reply, bad)
+        return [_undecoded(r, field, bad[r.index - first]) if r.index - first in bad else r
+                for r in results]
+
+    async def _upsert_decoded(
+        self,
+        tenant: str,
+        message: pb.UpsertDocumentsRequest,
+        first: int,
+        field: str,
+        reply: pb.UpsertDocumentsResponse,
+        undecodable: Mapping[int, FieldViolation],
     ) -> list[DocumentResult]:
         count = len(message.documents)
         reply.documents_received += count
@@ -179,10 +173,9 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         incoming: list[tuple[int, IncomingDocument]] = []
         rejected: list[DocumentResult] = []
         for i, doc in enumerate(message.documents):
-            bad = (undecodable or {}).get(i)
-            if bad is not None:
-                violation = FieldViolation(f"{field}.{bad.field}", bad.description)
-                rejected.append(DocumentResult(first + i, "", "", None, violation))
+            if i in undecodable:  # a placeholder: never written
+                rejected.append(_undecoded(DocumentResult(first + i, "", "", None), field,
+                                           undecodable[i]))
                 continue
             nul = find_nul(doc, f"{field}.documents[{i}].")
             if nul is not None:  # PostgreSQL cannot store it, SQLite could: neither does
@@ -287,6 +280,12 @@ def _reject_all(
         DocumentResult(first + i, d.kind, d.row_id, None, problem)
         for i, d in enumerate(message.documents)
     ]
+
+
+def _undecoded(result: DocumentResult, field: str, bad: FieldViolation) -> DocumentResult:
+    """`result` rejected with the violation found while decoding its document."""
+    violation = FieldViolation(f"{field}.{bad.field}", bad.description)
+    return DocumentResult(result.index, "", "", None, violation)
 
 
 def _add_result(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:

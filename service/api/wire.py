@@ -92,37 +92,27 @@ _JSON_TYPES = ("google.protobuf.Struct", "google.protobuf.Value", "google.protob
 
 def _nul_in_field(descriptor: FieldDescriptor, value: Any, name: str, depth: int) -> str | None:
     message_type = descriptor.message_type
-    if message_type is not None and message_type.full_name in _JSON_TYPES:
-        # JSON values (metadata): the field is named, not the path inside the value.
-        items = value if descriptor.is_repeated else [value]
-        for index, item in enumerate(items):
-            if find_nul(item, "", depth + 1) is not None:
-                return f"{name}[{index}]" if descriptor.is_repeated else name
-        return None
     if message_type is not None and message_type.GetOptions().map_entry:
-        return _nul_in_map(value, name, depth)
-    items = value if descriptor.is_repeated else [value]
-    for index, item in enumerate(items):
-        path = f"{name}[{index}]" if descriptor.is_repeated else name
-        if isinstance(item, str):
-            if "\x00" in item:
-                return path
-        elif hasattr(item, "ListFields"):
-            found = find_nul(item, f"{path}.", depth + 1)
-            if found:
-                return found
+        entries = [(f"{name}[{key!r}]", key if isinstance(key, str) else "", item)
+                   for key, item in value.items()]
+    else:
+        items = value if descriptor.is_repeated else [value]
+        entries = [(f"{name}[{i}]" if descriptor.is_repeated else name, "", item)
+                   for i, item in enumerate(items)]
+    # JSON values (metadata): the field is named, not the path inside the value.
+    opaque = message_type is not None and message_type.full_name in _JSON_TYPES
+    for path, key, item in entries:
+        found = path if "\x00" in key else _nul_in_item(item, path, depth)
+        if found:
+            return path if opaque else found
     return None
 
 
-def _nul_in_map(value: Any, name: str, depth: int) -> str | None:
-    for key, item in value.items():
-        path = f"{name}[{key!r}]"
-        if (isinstance(key, str) and "\x00" in key) or (isinstance(item, str) and "\x00" in item):
-            return path
-        if hasattr(item, "ListFields"):
-            found = find_nul(item, f"{path}.", depth + 1)
-            if found:
-                return found
+def _nul_in_item(item: Any, path: str, depth: int) -> str | None:
+    if isinstance(item, str):
+        return path if "\x00" in item else None
+    if hasattr(item, "ListFields"):
+        return find_nul(item, f"{path}.", depth + 1)
     return None
 
 

@@ -41,7 +41,12 @@ from service.store.sqlite import SqliteStore
 
 HAVE_PG_SUPPORT = importlib.util.find_spec("tests.support.pg") is not None
 if HAVE_PG_SUPPORT:
-    from tests.support.pg import fresh_database, pg_dsn, pg_server  # noqa: F401 - fixtures
+    from tests.support.pg import (  # noqa: F401 - fixtures
+        fresh_database,
+        pg_dsn,
+        pg_server,
+        private_pg_server,
+    )
 
 DIMENSIONS = 384
 BACKENDS = [

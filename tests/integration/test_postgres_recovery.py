@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -15,27 +15,17 @@ from service.store.base import Mode
 from service.store.postgres import PostgresStore
 from service.store.postgres.errors import translate
 from tests.integration.conftest import Corpus, Doc
-from tests.support.pg import PgServer, fresh_database, start_server
+from tests.support.pg import PgServer, fresh_database
 
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(scope="module")
-def private_server() -> Iterator[PgServer]:
-    """A server of this module's own: restarting it must not disturb other tests."""
-    server = start_server()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest_asyncio.fixture
 async def corpus_on_private(
-    private_server: PgServer, embedder: DeterministicEmbedder
+    private_pg_server: PgServer, embedder: DeterministicEmbedder
 ) -> AsyncIterator[Corpus]:
     """A corpus on a fresh database of the private server."""
-    async with fresh_database(private_server.dsn) as dsn:
+    async with fresh_database(private_pg_server.dsn) as dsn:
         store = PostgresStore(dsn, embedder.identity, min_size=2, max_size=4)
         await store.open()
         try:
@@ -58,7 +48,7 @@ async def _settle(store: PostgresStore, seconds: float = 30.0) -> None:
 
 
 async def test_pool_recovers_after_a_restart(
-    corpus_on_private: Corpus, private_server: PgServer
+    corpus_on_private: Corpus, private_pg_server: PgServer
 ) -> None:
     corpus = corpus_on_private
     store = corpus.store
@@ -67,7 +57,7 @@ async def test_pool_recovers_after_a_restart(
     await corpus.write(project.project_id, [Doc("note", "1", "comet tail")])
     before = await corpus.search([project.project_id], Mode.HYBRID, "comet")
 
-    await asyncio.to_thread(private_server.restart)
+    await asyncio.to_thread(private_pg_server.restart)
 
     # Idle pooled connections died with the old server; reads retry once on a fresh one.
     after = await corpus.search([project.project_id], Mode.HYBRID, "comet")
@@ -76,14 +66,14 @@ async def test_pool_recovers_after_a_restart(
 
 
 async def test_server_down_is_unavailable_then_recovers(
-    corpus_on_private: Corpus, private_server: PgServer
+    corpus_on_private: Corpus, private_pg_server: PgServer
 ) -> None:
     corpus = corpus_on_private
     store = corpus.store
     assert isinstance(store, PostgresStore)
     (project,) = await corpus.projects(1)
 
-    await asyncio.to_thread(private_server.stop)
+    await asyncio.to_thread(private_pg_server.stop)
     try:
         with pytest.raises(errors.Unavailable) as caught:
             await corpus.search([project.project_id], Mode.FTS, "comet")
@@ -93,7 +83,7 @@ async def test_server_down_is_unavailable_then_recovers(
         with pytest.raises(errors.Unavailable):
             await store.ping()
     finally:
-        await asyncio.to_thread(private_server.start)
+        await asyncio.to_thread(private_pg_server.start)
     await _settle(store)
     await corpus.write(project.project_id, [Doc("note", "1", "comet")])
     page = await corpus.search([project.project_id], Mode.FTS, "comet")

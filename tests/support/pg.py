@@ -11,9 +11,9 @@ waited for or started again, so one crash costs the tests that used it, not the 
 
 Plain functions (`start_server`, `server_from_env`, `create_database`, `drop_database`,
 `fresh_database`) plus the fixtures `pg_server` (session), `pg_dsn` (session, the maintenance
-database), `fresh_pg_dsn` (module: a new database with the vector extension, dropped
-afterwards) and `isolated_pg_dsn` (the same, per test). A conftest makes them available with
-`from tests.support.pg import pg_server, pg_dsn, ...`.
+database), `private_pg_server` (module: a server of its own), `fresh_pg_dsn` (module: a new
+database with the vector extension, dropped afterwards) and `isolated_pg_dsn` (the same, per
+test). A conftest makes them available with `from tests.support.pg import pg_server, ...`.
 """
 
 from __future__ import annotations
@@ -55,15 +55,10 @@ def canary_checks() -> tuple[Check, ...]:
 
 
 def start_server() -> PgServer:
-    """Start a private PostgreSQL (with pgvector) in a new temporary directory."""
-    server = localpg.start_server(canary=False)
+    """Start a private PostgreSQL (with pgvector, canary checked) in a new temporary
+    directory; stopped at exit at the latest."""
+    server = localpg.start_server(checks=canary_checks())
     atexit.register(server.close)  # a crashed session still stops its server
-    try:
-        localpg.run_sync(lambda: check_pgvector(server.dsn, log_path=server.log_path,
-                                                checks=canary_checks()))
-    except BaseException:
-        server.close()
-        raise
     return server
 
 
@@ -157,6 +152,17 @@ def pg_server() -> Iterator[PgServer]:
 def pg_dsn(pg_server: PgServer) -> str:
     """DSN of the session server's maintenance database (create databases from it)."""
     return pg_server.dsn
+
+
+@pytest.fixture(scope="module")
+def private_pg_server() -> Iterator[PgServer]:
+    """A server of the module's own: restarting, stopping or crashing it disturbs no other
+    module's tests."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest_asyncio.fixture(scope="module")
