@@ -139,15 +139,34 @@ class ProviderPage:
     partial: bool = False  # degraded but successful (incomplete results, capped fan-out...)
     message: str = ""  # why partial / what was skipped, joined sentences
     skipped_legs: Mapping[str, str] = field(default_factory=dict)  # e.g. {"code": "why skipped"}
+    # False when a part of the page failed (a fan-out leg, a detail read): the results here
+    # are usable, and the page is read again on the next page so the failed part is retried.
+    complete: bool = True
+    retry_after: float | None = None  # the longest wait a rate-limited part asked for
+
+
+_RETRYABLE_STATES = frozenset({QueryState.RATE_LIMITED, QueryState.TIMED_OUT})
 
 
 class ProviderError(Exception):
-    """A provider answer mapped to a per-query state (see PROVIDERS.md status mapping)."""
+    """A provider answer mapped to a per-query state (see PROVIDERS.md status mapping).
+
+    `retryable`: the same request may succeed later (rate limits, timeouts, 5xx, a dropped
+    connection), so paging keeps the failed work and tries it again on the next page; False
+    for answers that will not change by themselves (refused credentials, a query the
+    provider rejects). Defaults to True for RATE_LIMITED and TIMED_OUT, False otherwise.
+    """
 
     def __init__(
-        self, state: QueryState, message: str, *, retry_after: float | None = None
+        self,
+        state: QueryState,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.state = state
         self.message = message
         self.retry_after = retry_after
+        self.retryable = state in _RETRYABLE_STATES if retryable is None else retryable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -118,8 +118,9 @@ async def fan_out(
         return lambda: run(site, tokens[site.cloud_id])
 
     outcomes = await gather_legs([call(site) for site in chosen], concurrency=SITE_CONCURRENCY)
-    legs, errors = settle([(site.label, out) for site, out in zip(chosen, outcomes, strict=True)])
-    return _page(chosen, legs, single, [note, *errors])
+    settled = settle([(site.label, out) for site, out in zip(chosen, outcomes, strict=True)])
+    page = _page(chosen, settled.legs, single, [note, *settled.messages])
+    return replace(page, complete=settled.complete, retry_after=settled.retry_after)
 
 
 def _page(

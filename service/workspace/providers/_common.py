@@ -251,19 +251,39 @@ def join_messages(messages: Iterable[str]) -> str:
     return " ".join(m if m.endswith((".", "!", "?")) else m + "." for m in seen)
 
 
-def settle(
-    outcomes: Sequence[tuple[str, LegResult | ProviderError]],
-) -> tuple[dict[str, LegResult], list[str]]:
+@dataclass(frozen=True)
+class Settled:
+    """The legs that answered, a message per failed leg, and whether any leg failed."""
+
+    legs: dict[str, LegResult]
+    messages: list[str]
+    complete: bool  # False: a leg failed and the page must be read again to retry it
+    retry_after: float | None  # the longest wait a rate-limited leg asked for
+
+
+def settle(outcomes: Sequence[tuple[str, LegResult | ProviderError]]) -> Settled:
     """Keep successful legs; a failing leg becomes a message; all failing raises the first.
 
-    Keys are the legs' human labels ("calendar team@example.com", "code search").
+    Keys are the legs' human labels ("calendar team@example.com", "code search"). A failed
+    leg leaves the page incomplete (read again on the next page) unless its error is final.
     """
     succeeded = {key: out for key, out in outcomes if isinstance(out, LegResult)}
     errors = [(key, out) for key, out in outcomes if isinstance(out, ProviderError)]
     if errors and not succeeded:
-        raise errors[0][1]
+        raise _worst(errors)
     messages = [f"{key} failed: {error.message}" for key, error in errors]
-    return succeeded, messages
+    waits = [error.retry_after for _, error in errors if error.retry_after is not None]
+    complete = not any(error.retryable for _, error in errors)
+    return Settled(succeeded, messages, complete, max(waits) if waits else None)
+
+
+def _worst(errors: Sequence[tuple[str, ProviderError]]) -> ProviderError:
+    """The error to report when every leg failed: a retryable one (the longest wait) keeps
+    the list alive for the next page; only when every leg failed for good is it final."""
+    retryable = [error for _, error in errors if error.retryable]
+    if retryable:
+        return max(retryable, key=lambda e: e.retry_after or 0.0)
+    return errors[0][1]
 
 
 def documents_of(legs: Mapping[str, LegResult]) -> tuple[NativeDocument, ...]:

@@ -294,7 +294,8 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
 
     outcomes = await gather_legs([call(plan.legs[i]) for i in active], concurrency=LEG_CONCURRENCY)
     labelled = [(plan.legs[i].label, out) for i, out in zip(active, outcomes, strict=True)]
-    legs, errors = settle(labelled)
+    settled = settle(labelled)
+    legs, errors = settled.legs, settled.messages
     continuing = [i for i in active if (leg := legs.get(plan.legs[i].label)) and leg.next_token]
     incomplete = any(leg.incomplete for leg in legs.values())
     degraded += [*plan.coverage, *errors, *(leg.message for leg in legs.values())]
@@ -309,4 +310,6 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         partial=any(degraded),
         message=join_messages([*plan.skipped.values(), *degraded]),
         skipped_legs=plan.skipped,
+        complete=settled.complete,
+        retry_after=settled.retry_after,
     )

@@ -242,9 +242,8 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         return lambda: _run_leg(http, leg, terms, page, per_page)
 
     outcomes = await gather_legs([call(legs[i]) for i in active], concurrency=LEG_CONCURRENCY)
-    results, errors = settle(
-        [(legs[i].label, out) for i, out in zip(active, outcomes, strict=True)]
-    )
+    settled = settle([(legs[i].label, out) for i, out in zip(active, outcomes, strict=True)])
+    results, errors = settled.legs, settled.messages
     continuing = [i for i in active if (leg := results.get(legs[i].label)) and leg.next_token]
     degraded = [note, *errors]
     return ProviderPage(
@@ -253,4 +252,6 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         partial=any(degraded),
         message=join_messages([*skipped.values(), *degraded]),
         skipped_legs=skipped,
+        complete=settled.complete,
+        retry_after=settled.retry_after,
     )

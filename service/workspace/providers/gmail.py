@@ -147,14 +147,16 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         return lambda: _detail(http, message_id)
 
     outcomes = await gather_legs([call(mid) for mid in ids], concurrency=DETAIL_CONCURRENCY)
-    legs, errors = settle([(f"message {mid}", out) for mid, out in zip(ids, outcomes, strict=True)])
+    settled = settle([(f"message {mid}", out) for mid, out in zip(ids, outcomes, strict=True)])
     return ProviderPage(
-        documents_of(legs),
+        documents_of(settled.legs),
         next_cursor=next_token,
         total=estimate,
         total_is_exact=False,
-        partial=bool(errors),
-        message=join_messages(errors),
+        partial=bool(settled.messages),
+        message=join_messages(settled.messages),
+        complete=settled.complete,
+        retry_after=settled.retry_after,
     )
 
 

@@ -226,9 +226,8 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         return lambda: _calendar(http, calendar_id, query, tokens[calendar_id])
 
     outcomes = await gather_legs([call(c) for c in calendars], concurrency=CALENDAR_CONCURRENCY)
-    legs, errors = settle(
-        [(f"calendar {c}", out) for c, out in zip(calendars, outcomes, strict=True)]
-    )
+    settled = settle([(f"calendar {c}", out) for c, out in zip(calendars, outcomes, strict=True)])
+    legs, errors = settled.legs, settled.messages
     following = {
         c: leg.next_token
         for c in calendars
@@ -244,4 +243,6 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         next_cursor=cursor,
         partial=any(degraded),
         message=join_messages(degraded),
+        complete=settled.complete,
+        retry_after=settled.retry_after,
     )

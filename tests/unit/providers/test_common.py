@@ -54,7 +54,8 @@ def test_map_cursor() -> None:
 def test_settle_keeps_partial_success_and_raises_when_all_fail() -> None:
     doc = NativeDocument("1", "t", "u")
     error = ProviderError(QueryState.RATE_LIMITED, "slow down", retry_after=3)
-    legs, messages = settle([("a", LegResult((doc,))), ("b", error)])
+    settled = settle([("a", LegResult((doc,))), ("b", error)])
+    legs, messages = settled.legs, settled.messages
     assert list(legs) == ["a"]
     assert messages == ["b failed: slow down"]
     with pytest.raises(ProviderError) as caught:
