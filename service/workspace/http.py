@@ -1,7 +1,8 @@
 """HTTP for provider adapters: one pooled session per account, per-query budgets and deadlines.
 
 Every provider answer that is not a usable 2xx JSON body becomes a `ProviderError` here, as
-PROVIDERS.md "Status mapping" says. Credentials go only to the account's own origin, redirects
+PROVIDERS.md "Status mapping" says (statuses.py; a non-2xx body is read up to 64 KiB for the
+provider's reason and message). Credentials go only to the account's own origin, redirects
 are never followed, bodies are capped, and tokens never appear in messages or logs.
 
 The client is aiohttp: httpx cost ~2.4 ms of CPU per request under fan-out load (its pool
@@ -26,6 +27,7 @@ import httpx
 import yarl
 
 from service import tracing
+from service.workspace.error_bodies import read_prefix, secrets_of
 from service.workspace.model import Account, Credentials, ProviderError, QueryState
 from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool, auth_header, client_session
 from service.workspace.statuses import retry_after_seconds, status_error
@@ -35,6 +37,7 @@ __all__ = [
     "HttpClient",
     "JsonResponse",
     "Params",
+    "RawResponse",
     "retry_after_seconds",
     "status_error",
 ]
@@ -57,8 +60,22 @@ class JsonResponse:
     data: Any
 
 
+@dataclass(frozen=True)
+class RawResponse:
+    """A successful non-JSON provider answer (a Gmail batch): status, headers and raw body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
 def _failed(message: str) -> ProviderError:
     return ProviderError(QueryState.FAILED, message)
+
+
+def _transient(message: str) -> ProviderError:
+    """FAILED, but the same request may well succeed later (paging retries it)."""
+    return ProviderError(QueryState.FAILED, message, retryable=True)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -88,11 +105,11 @@ def _with_query(url: str, params: Params | None) -> str:
 
 def _decode(body: bytes) -> Any:
     if not body.strip():
-        raise _failed("provider returned an empty body where JSON was expected")
+        raise _transient("provider returned an empty body where JSON was expected")
     try:
         return jsonlib.loads(body)
     except (ValueError, UnicodeDecodeError):
-        raise _failed("provider returned malformed JSON") from None
+        raise _transient("provider returned malformed JSON") from None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -100,6 +117,16 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     """(scheme, host, port) of a URL; parsed once per distinct URL (httpx parsing is slow)."""
     parsed = httpx.URL(url)
     return parsed.scheme, parsed.host, parsed.port
+
+
+def _empty_listing(data: Any) -> bool:
+    """True for an answer that lists nothing: `[]`, or an object whose lists are all empty."""
+    if isinstance(data, list):
+        return not data
+    if isinstance(data, dict):
+        lists = [value for value in data.values() if isinstance(value, list)]
+        return bool(lists) and not any(lists)
+    return data is None
 
 
 class AccountSession:
@@ -197,20 +224,52 @@ class AccountSession:
         except TimeoutError:
             raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
         except aiohttp.ClientPayloadError as exc:
-            raise _failed(f"provider response was cut off ({type(exc).__name__})") from None
+            raise _transient(f"provider response was cut off ({type(exc).__name__})") from None
         except aiohttp.ClientError as exc:
-            raise _failed(f"could not reach provider ({type(exc).__name__})") from None
+            raise _transient(f"could not reach provider ({type(exc).__name__})") from None
 
     async def _answer(
         self, method: str, target: yarl.URL, response: aiohttp.ClientResponse
     ) -> JsonResponse:
-        error = status_error(response.status, response.headers, now=time.time())
-        if error is not None:
+        if not 200 <= response.status < 300:
             logger.info("provider answered %s for %s %s", response.status, method, target.path)
+            error = status_error(
+                response.status,
+                response.headers,
+                now=time.time(),
+                provider=self.account.provider,
+                body=await read_prefix(response.content, self.max_response_bytes),
+                secrets=secrets_of(self._authorization),
+            )
+            assert error is not None  # every non-2xx status maps to an error
             raise error
         body = await self._read_capped(response)
         data = None if response.status == 204 else _decode(body)
         return JsonResponse(response.status, response.headers, data)
+
+    async def send_raw(
+        self, url: str, *, body: bytes, content_type: str, headers: Mapping[str, str] | None
+    ) -> RawResponse:
+        """POST `body` as `content_type`; the raw 2xx answer, or the ProviderError `send` gives."""
+        merged = {**(headers or {}), "Content-Type": content_type}
+        merged["Authorization"] = self._authorization
+        target = yarl.URL(url, encoded=True)
+        try:
+            async with self._session().request(
+                "POST", target, data=body, headers=merged, allow_redirects=False
+            ) as response:
+                if not 200 <= response.status < 300:
+                    # The shared mapping raises for every non-2xx answer.
+                    await self._answer("POST", target, response)
+                    raise _failed(f"provider request failed (HTTP {response.status})")
+                raw = await self._read_capped(response)
+                return RawResponse(response.status, response.headers, raw)
+        except TimeoutError:
+            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
+        except aiohttp.ClientPayloadError as exc:
+            raise _transient(f"provider response was cut off ({type(exc).__name__})") from None
+        except aiohttp.ClientError as exc:
+            raise _transient(f"could not reach provider ({type(exc).__name__})") from None
 
     async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
         declared = response.content_length
@@ -283,7 +342,7 @@ class HttpClient:
         """Send one request within budget and deadline; return status, headers and JSON."""
         url = self._session.resolve(path_or_url)
         if self.requests_made >= self._budget:
-            raise _failed(BUDGET_MESSAGE)
+            raise _transient(BUDGET_MESSAGE)
         timeout = self._timeout()
         self.requests_made += 1
         try:
@@ -293,6 +352,32 @@ class HttpClient:
             ):
                 return await self._session.send(
                     method, url, params=params, json=json, headers=headers
+                )
+        except TimeoutError:
+            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
+
+    async def post_raw(
+        self,
+        path_or_url: str,
+        *,
+        body: bytes,
+        content_type: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> RawResponse:
+        """POST a non-JSON body (a Gmail multipart batch) as one request within budget and
+        deadline; return the raw 2xx answer (other answers raise as in `request`)."""
+        url = self._session.resolve(path_or_url)
+        if self.requests_made >= self._budget:
+            raise _transient(BUDGET_MESSAGE)
+        timeout = self._timeout()
+        self.requests_made += 1
+        try:
+            async with (
+                tracing.provider_request(self._session.account.provider.value, "POST"),
+                asyncio.timeout(timeout),
+            ):
+                return await self._session.send_raw(
+                    url, body=body, content_type=content_type, headers=headers
                 )
         except TimeoutError:
             raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
@@ -350,7 +435,8 @@ class HttpClient:
             if cached is not None:
                 return cached
             data = await self.get_json(path, params=params)
-            self._session.memo_put(key, data)
+            if not _empty_listing(data):  # an empty list may fill soon: ask again next call
+                self._session.memo_put(key, data)
             return data
         finally:
             lock.release()

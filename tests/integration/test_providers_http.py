@@ -107,7 +107,7 @@ async def test_basic_auth_for_atlassian_usernames(fakes: FakeProviders) -> None:
         (lambda f: f.github.fail_status(500), QueryState.FAILED, "HTTP 500"),
         (lambda f: f.github.fail_status(404), QueryState.FAILED, "HTTP 404"),
         (lambda f: f.github.fail_status(422), QueryState.FAILED, "check native syntax/scope"),
-        (lambda f: f.github.fail_status(403), QueryState.NEEDS_RECONNECT, "reconnect"),
+        (lambda f: f.github.fail_status(403), QueryState.FAILED, "denied this request"),
         (lambda f: f.github.malformed(), QueryState.FAILED, "malformed JSON"),
         (lambda f: f.github.truncate(), QueryState.FAILED, "cut off"),
         (lambda f: f.github.reset_connection(), QueryState.FAILED, "could not reach"),
@@ -286,11 +286,19 @@ async def test_github_kindless_or_skips_code_and_says_why(fakes: FakeProviders) 
     assert fakes.github.requests["/user/repos"] == 0  # repo: given, no affiliation listing
 
 
-async def test_github_code_search_rejects_booleans(fakes: FakeProviders) -> None:
+async def test_github_code_search_answers_booleans_with_nothing_so_the_adapter_refuses(
+    fakes: FakeProviders,
+) -> None:
     _seed_github(fakes)
+    async with client(fakes, GH) as http:  # the live API: 200 and no results, not 422
+        alone = await http.get_json("/search/code", params={"q": "login repo:acme/api"})
+        joined = await http.get_json("/search/code", params={"q": "login OR x repo:acme/api"})
+    assert alone["total_count"] == 1
+    assert (joined["total_count"], joined["items"]) == (0, [])
     error = await failure(fakes, GH, ProviderQuery("login OR x repo:acme/api", kind=Kind.CODE))
     assert error.state is QueryState.FAILED
-    assert "HTTP 422" in error.message
+    assert "separate calls" in error.message
+    assert fakes.github.requests["/search/code"] == 2  # the adapter sent nothing
 
 
 async def test_github_date_range_filters_issues(fakes: FakeProviders) -> None:
@@ -423,7 +431,7 @@ async def test_slack_keyword_search_finds_nothing_for_or(fakes: FakeProviders) -
     [
         ("ratelimited", QueryState.RATE_LIMITED),
         ("invalid_auth", QueryState.NEEDS_RECONNECT),
-        ("missing_scope", QueryState.NEEDS_RECONNECT),
+        ("missing_scope", QueryState.FAILED),
         ("token_revoked", QueryState.NEEDS_RECONNECT),
         ("not_authed", QueryState.NEEDS_RECONNECT),
         ("internal_error", QueryState.FAILED),

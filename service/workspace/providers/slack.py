@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
+import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from service.workspace.error_bodies import safe_scopes
 from service.workspace.http import HttpClient
 from service.workspace.model import (
     Kind,
@@ -22,9 +26,12 @@ from service.workspace.providers._common import (
     dicts,
     from_epoch,
     interleave,
+    join_messages,
     sub,
     text,
+    unquoted,
 )
+from service.workspace.statuses import DEFAULT_RETRY_AFTER, retry_after_seconds
 
 DEFAULT_BASE_URL = "https://slack.com"
 KINDS: tuple[Kind, ...] = ()
@@ -53,18 +60,17 @@ CARD = check_card(
 
 SEARCH_PATH = "/api/assistant.search.context"
 MAX_LIMIT = 20
+# Refused credentials only; a missing scope or permission is a failure of this request.
 RECONNECT_ERRORS = frozenset(
-    {
-        "invalid_auth",
-        "missing_scope",
-        "token_revoked",
-        "not_authed",
-        "token_expired",
-        "account_inactive",
-        "no_permission",
-    }
+    {"invalid_auth", "token_revoked", "not_authed", "token_expired", "account_inactive"}
 )
+PERMISSION_ERRORS = frozenset({"missing_scope", "no_permission"})
 RATE_LIMIT_ERRORS = frozenset({"ratelimited", "rate_limited"})
+OR_HINT = (
+    "Slack keyword search does not support OR; send the alternatives as separate native "
+    "queries"
+)
+_OR = re.compile(r"(?<![\w:-])OR(?![\w:-])")
 _CHANNEL_SCOPES = (
     ("search:read.public", "public_channel"),
     ("search:read.private", "private_channel"),
@@ -122,20 +128,38 @@ def build_request(query: ProviderQuery, scopes: tuple[str, ...] = ()) -> dict[st
     return body
 
 
-def error_for(code: str, retry_after: float | None = None) -> ProviderError:
-    """Map a Slack `ok: false` error code to the per-query state."""
+def error_for(
+    code: str, retry_after: float | None = None, *, needed: str = "", provided: str = ""
+) -> ProviderError:
+    """Map a Slack `ok: false` error code (with `missing_scope`'s `needed` / `provided`
+    scopes and the `Retry-After` wait) to the per-query state."""
     if code in RATE_LIMIT_ERRORS:
+        wait = DEFAULT_RETRY_AFTER if retry_after is None else retry_after
         return ProviderError(
             QueryState.RATE_LIMITED,
-            "Slack rate limit reached; retry later",
-            retry_after=retry_after,
+            f"Slack rate limit reached ({code}); retry in {wait:.0f} s",
+            retry_after=wait,
         )
     if code in RECONNECT_ERRORS:
         return ProviderError(
             QueryState.NEEDS_RECONNECT, f"Slack denied access ({code}); reconnect Slack"
         )
+    if code in PERMISSION_ERRORS:
+        return _permission_error(code, safe_scopes(needed), safe_scopes(provided))
     safe = "".join(ch for ch in code if ch.isalnum() or ch in "_-")[:80] or "unknown_error"
     return ProviderError(QueryState.FAILED, f"Slack search failed ({safe})")
+
+
+def _permission_error(code: str, needed: list[str], provided: list[str]) -> ProviderError:
+    if needed:
+        granted = f" (granted: {', '.join(provided)})" if provided else ""
+        detail = f": the token lacks the scope {', '.join(needed)}{granted}; reconnect Slack "
+        detail += "granting it"
+    else:
+        detail = "; the token may not read this"
+    return ProviderError(
+        QueryState.FAILED, f"Slack denied this request ({code}){detail}", retryable=False
+    )
 
 
 def _line(message: dict[str, Any]) -> str:
@@ -175,11 +199,17 @@ def _file(item: dict[str, Any]) -> NativeDocument:
     )
 
 
-def parse_response(data: Any) -> ProviderPage:
-    """Page of an `assistant.search.context` answer; `ok: false` raises the mapped error."""
+def parse_response(data: Any, *, retry_after: float | None = None) -> ProviderPage:
+    """Page of an `assistant.search.context` answer; `ok: false` raises the mapped error
+    (`retry_after`: the answer's `Retry-After` wait, for `ratelimited`)."""
     body = as_dict(data)
     if body.get("ok") is not True:
-        raise error_for(text(body.get("error")))
+        raise error_for(
+            text(body.get("error")),
+            retry_after,
+            needed=text(body.get("needed")),
+            provided=text(body.get("provided")),
+        )
     results = sub(body, "results") or {}
     messages = [doc for doc in map(_message, dicts(sub(results, "messages"))) if doc.id]
     files = [doc for doc in map(_file, dicts(sub(results, "files"))) if doc.id]
@@ -187,7 +217,19 @@ def parse_response(data: Any) -> ProviderPage:
     return ProviderPage(tuple(interleave([messages, files])), next_cursor=cursor)
 
 
+def uses_or(query: str) -> bool:
+    """True when the query joins alternatives with OR outside quotes (keyword search: nothing)."""
+    return bool(_OR.search(unquoted(query)))
+
+
 async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
-    """One Real-time Search call."""
+    """One Real-time Search call; a query using OR gets a hint in the page message."""
     body = build_request(query, http.scopes)
-    return parse_response(await http.post_json(SEARCH_PATH, json=body))
+    response = await http.request("POST", SEARCH_PATH, json=body)
+    # Slack sends `ratelimited` with a Retry-After also on HTTP 200.
+    wait = retry_after_seconds(response.headers, now=time.time())
+    page = parse_response(response.data, retry_after=wait)
+    if not uses_or(query.text):
+        return page
+    # A hint, not a refusal: Slack AI semantic search may still answer the query.
+    return replace(page, message=join_messages([page.message, OR_HINT]))

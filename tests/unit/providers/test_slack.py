@@ -72,7 +72,7 @@ def test_parse_messages_files_and_cursor() -> None:
         ("ratelimited", QueryState.RATE_LIMITED),
         ("rate_limited", QueryState.RATE_LIMITED),
         ("invalid_auth", QueryState.NEEDS_RECONNECT),
-        ("missing_scope", QueryState.NEEDS_RECONNECT),
+        ("missing_scope", QueryState.FAILED),
         ("token_revoked", QueryState.NEEDS_RECONNECT),
         ("not_authed", QueryState.NEEDS_RECONNECT),
         ("internal_error", QueryState.FAILED),
@@ -88,8 +88,23 @@ def test_ok_false_maps_errors(code: str, state: QueryState) -> None:
 def test_recorded_missing_scope() -> None:
     with pytest.raises(ProviderError) as caught:
         slack.parse_response(load("slack_error_missing_scope"))
-    assert caught.value.state is QueryState.NEEDS_RECONNECT
+    assert caught.value.state is QueryState.FAILED  # a scope to add, not a refused credential
+    assert not caught.value.retryable
     assert "missing_scope" in caught.value.message
+    assert "lacks the scope search:read.public (granted: channels:read)" in caught.value.message
+
+
+def test_ratelimited_carries_the_wait_or_a_default() -> None:
+    with pytest.raises(ProviderError) as caught:
+        slack.parse_response({"ok": False, "error": "ratelimited"}, retry_after=7.0)
+    assert (caught.value.state, caught.value.retry_after) == (QueryState.RATE_LIMITED, 7.0)
+    assert slack.error_for("ratelimited").retry_after == 60.0
+
+
+def test_missing_scope_names_only_plain_scope_names() -> None:
+    error = slack.error_for("missing_scope", needed="<b>x</b> search:read.im", provided="")
+    assert "search:read.im" in error.message
+    assert "<" not in error.message
 
 
 def test_error_codes_are_sanitised() -> None:
@@ -104,3 +119,12 @@ def test_no_next_cursor_means_exhausted() -> None:
     )
     assert page.next_cursor is None
     assert page.documents == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("trip OR travel", True), ("in:<#C1> OR deploy", True), ("trip or travel", False),
+     ('"trip OR travel"', False), ("ORACLE outage", False), ("trip", False)],
+)
+def test_or_outside_quotes_is_detected_for_the_hint(text: str, expected: bool) -> None:
+    assert slack.uses_or(text) is expected
