@@ -222,7 +222,8 @@ def connect_from_proto(msg: apb.ConnectAccountRequest) -> ConnectRequest:
     """The domain connect request (credentials None when absent)."""
     credentials = None
     if msg.HasField("credentials"):
-        credentials = Credentials(msg.credentials.token, msg.credentials.username)
+        given = msg.credentials
+        credentials = Credentials(given.token, given.username, tuple(given.scopes))
     return ConnectRequest(
         provider=provider_from_proto(msg.provider, "provider", required=True),
         display_name=msg.display_name,

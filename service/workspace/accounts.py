@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import httpx
@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from service.errors import FieldViolation, InvalidArgument, NotFound
 from service.store.base import AccountRecord, Store
 from service.workspace.model import Account, Credentials, ProviderId
+from service.workspace.pool import BASIC_AUTH_PROVIDERS
 from service.workspace.providers import ProviderSpec
 
 __all__ = [
@@ -48,6 +49,10 @@ MAX_DISPLAY_NAME = 200
 MAX_TOKEN = 4096
 MAX_USERNAME = 320
 MAX_BASE_URL = 2048
+MAX_SCOPES = 100
+MAX_SCOPE = 200
+# An RFC 6749 scope token: printable ASCII without space, double quote or backslash.
+_SCOPE_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "\\"}
 _SEAL_VERSION = b"\x01"
 _NONCE_BYTES = 12
 
@@ -240,8 +245,11 @@ class AccountManager:
         assert request.provider is not None
         assert request.credentials is not None
         account_id = "acc_" + secrets.token_urlsafe(12)
+        credentials = replace(
+            request.credentials, scopes=tuple(dict.fromkeys(request.credentials.scopes))
+        )
         sealed = self._sealer.seal(
-            request.credentials, _bound_to(tenant, account_id, request.provider.value)
+            credentials, _bound_to(tenant, account_id, request.provider.value)
         )
         record = AccountRecord(
             account_id=account_id,
@@ -278,11 +286,18 @@ class AccountManager:
             problems.append(
                 FieldViolation("display_name", f"1..{MAX_DISPLAY_NAME} printable characters")
             )
-        problems.extend(_check_credentials(request.credentials))
+        credential_problems = _check_credentials(request.credentials)
+        problems.extend(credential_problems)
         if request.base_url.strip() and request.provider not in SELF_HOSTED:
             problems.append(
                 FieldViolation("base_url", "only GitHub, GitLab, Jira and Confluence take one")
             )
+        elif not credential_problems and _basic_auth_without_site(request):
+            problems.append(FieldViolation(
+                "base_url",
+                "basic auth (a username) talks to the site itself: set base_url to "
+                "https://<site>.atlassian.net (api.atlassian.com takes OAuth tokens only)",
+            ))
         return problems
 
     async def _check_base_url(self, provider: ProviderId, raw: str) -> tuple[str, str]:
@@ -319,6 +334,12 @@ class AccountManager:
         return "" if public else "private, loopback and link-local addresses are not allowed"
 
 
+def _basic_auth_without_site(request: ConnectRequest) -> bool:
+    """Jira/Confluence basic auth without a site URL (api.atlassian.com takes only OAuth)."""
+    user = request.credentials.username if request.credentials is not None else ""
+    return bool(user) and request.provider in BASIC_AUTH_PROVIDERS and not request.base_url.strip()
+
+
 def _check_credentials(credentials: Credentials | None) -> list[FieldViolation]:
     if credentials is None:
         return [FieldViolation("credentials", "credentials are required")]
@@ -330,4 +351,17 @@ def _check_credentials(credentials: Credentials | None) -> list[FieldViolation]:
     user = credentials.username
     if len(user) > MAX_USERNAME or (user and not user.isprintable()) or ":" in user:
         return [FieldViolation("credentials.username", "a printable user without ':'")]
-    return []
+    return _check_scopes(credentials.scopes)
+
+
+def _check_scopes(scopes: Sequence[str]) -> list[FieldViolation]:
+    if len(scopes) > MAX_SCOPES:
+        return [FieldViolation("credentials.scopes", f"at most {MAX_SCOPES} scopes")]
+    return [
+        FieldViolation(
+            f"credentials.scopes[{i}]",
+            f"1..{MAX_SCOPE} printable ASCII characters without spaces, quotes or backslashes",
+        )
+        for i, scope in enumerate(scopes)
+        if not 1 <= len(scope) <= MAX_SCOPE or not set(scope) <= _SCOPE_CHARS
+    ]

@@ -1,8 +1,14 @@
 """Validation of a workspace search and its expansion into (query, account) slots.
 
 Every rule breaks the whole request (INVALID_ARGUMENT) with one field violation per offending
-query. An `account_id` the caller does not own is reported like a malformed one
+query, or on the request field (`queries`, `top_k`, ...) for its shape: a request that can
+never succeed is never RESOURCE_EXHAUSTED, which backing-off clients would retry. An
+`account_id` the caller does not own is reported like a malformed one
 (`queries[i].account_id`: unknown account), which reveals nothing about other tenants.
+
+Only what cannot work or repeats work is refused: duplicates are queries with the same
+provider, text, kind, project and time range whose account sets overlap, their text compared
+exactly unless the provider ignores case (`ProviderSpec.text_ignores_case`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from service.errors import (
     FieldViolation,
     InvalidArgument,
     InvalidPageToken,
-    ResourceExhausted,
     ServiceError,
 )
 from service.ranking.rrf import RRF_VERSION
@@ -68,6 +73,7 @@ class Limits:
     """Request limits (see DESIGN.md section 4)."""
 
     max_queries: int = 32
+    max_text_chars: int = 2000  # any query's whole text, whatever the provider counts
     per_account: int = 4
     default_top_k: int = 10
     max_top_k: int = 50
@@ -130,6 +136,21 @@ class _Violations:
         raise InvalidArgument(message, violations=self.items)
 
 
+def _text_problem(query: NativeQuery, spec: ProviderSpec, limits: Limits) -> str:
+    """Why the query's text cannot work on its provider ('' when it can)."""
+    if len(query.text) > limits.max_text_chars:
+        return f"longer than {limits.max_text_chars} characters"
+    text = normalise(query.text)
+    if spec.text_length(text) > spec.max_text_length:
+        # GitHub counts free text only: its qualifiers and operators are not search text.
+        return f"more than {spec.max_text_length} characters of search text for {spec.id.value}"
+    if not text and not query.time_range.is_set:
+        return "empty text needs a time_range"
+    if spec.check_text is None:
+        return ""
+    return spec.check_text(text, query.kind if spec.kinds else None)
+
+
 def _check_query(
     query: NativeQuery, registry: Mapping[ProviderId, ProviderSpec], limits: Limits
 ) -> tuple[str, str] | None:
@@ -139,10 +160,9 @@ def _check_query(
         return "provider", "unknown or missing provider"
     if query.kind is not None and spec.kinds and query.kind not in spec.kinds:
         return "kind", f"{spec.id.value} does not support kind {query.kind.value}"
-    if len(query.text) > spec.max_text_length:
-        return "text", f"longer than {spec.max_text_length} characters for {spec.id.value}"
-    if not normalise(query.text) and not query.time_range.is_set:
-        return "text", "empty text needs a time_range"
+    problem = _text_problem(query, spec, limits)
+    if problem:
+        return "text", problem
     tr = query.time_range
     if tr.start is not None and tr.end is not None and tr.start >= tr.end:
         return "time_range", "start_time must be before end_time"
@@ -192,11 +212,13 @@ class _Checked:
     query: NativeQuery
     targets: tuple[Account, ...]
     start: ListState | None
+    same_as: tuple[object, ...]  # queries with equal keys on overlapping accounts are duplicates
 
 
-def _dedupe_key(query: NativeQuery) -> tuple[object, ...]:
+def _dedupe_key(query: NativeQuery, spec: ProviderSpec) -> tuple[object, ...]:
     tr = query.time_range
-    return (query.provider, query.text.casefold(), query.kind, query.project, tr.start, tr.end)
+    text = query.text.casefold() if spec.text_ignores_case else query.text
+    return (query.provider, text, query.kind, query.project, tr.start, tr.end)
 
 
 def _overlaps(a: _Checked, b: _Checked) -> bool:
@@ -231,12 +253,14 @@ def _load(item: _Checked, earlier: Sequence[_Checked]) -> int:
 def _cross_checks(checked: Sequence[_Checked], limits: Limits, violations: _Violations) -> None:
     """Duplicates, one query per kind (GitHub, GitLab) and the per-account cap, left to right."""
     accepted: list[_Checked] = []
-    seen: set[tuple[object, ...]] = set()
     for item in checked:
         i = item.index
-        key = _dedupe_key(item.query)
-        if key in seen:
-            violations.add(i, f"queries[{i}]", "duplicate query (same provider, text and kind)")
+        if any(o.same_as == item.same_as and _overlaps(item, o) for o in accepted):
+            violations.add(
+                i, f"queries[{i}]",
+                "duplicate query (same provider, text, kind, project and time range on an "
+                "account an earlier query searches)",
+            )
         elif _kind_clash(item, accepted):
             violations.add(
                 i, f"queries[{i}].kind",
@@ -252,7 +276,6 @@ def _cross_checks(checked: Sequence[_Checked], limits: Limits, violations: _Viol
             )
         else:
             accepted.append(item)
-            seen.add(key)
 
 
 def _top_level(request: SearchRequest, limits: Limits, violations: _Violations) -> None:
@@ -286,9 +309,12 @@ def build_plan(
 ) -> Plan:
     """Validate `request` against the tenant's accounts (in display order) and expand it."""
     if len(request.queries) > limits.max_queries:
-        raise ResourceExhausted(
-            f"at most {limits.max_queries} queries per request",
-            metadata={"limit": str(limits.max_queries), "field": "queries"},
+        # The request can never succeed as sent: INVALID_ARGUMENT, so clients do not retry it.
+        description = f"at most {limits.max_queries} queries per request"
+        raise InvalidArgument(
+            f"queries: {description}",
+            metadata={"limit": str(limits.max_queries)},
+            violations=[FieldViolation("queries", description)],
         )
     violations = _Violations()
     _top_level(request, limits, violations)
@@ -299,10 +325,13 @@ def build_plan(
             violations.add(index, f"queries[{index}].{problem[0]}", problem[1])
             continue
         assert raw.provider is not None
-        query = _normalised(raw, registry[raw.provider])
+        spec = registry[raw.provider]
+        query = _normalised(raw, spec)
         resolved = _resolve(tenant, index, query, accounts, signer, violations)
         if resolved is not None:
-            checked.append(_Checked(index, raw.provider, query, *resolved))
+            checked.append(
+                _Checked(index, raw.provider, query, *resolved, _dedupe_key(query, spec))
+            )
     _cross_checks(checked, limits, violations)
     violations.raise_if_any()
     top_k = request.top_k or limits.default_top_k

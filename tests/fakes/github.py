@@ -217,7 +217,9 @@ class FakeGitHub(FakeProvider):
                 {"message": "Validation Failed", "errors": [{"message": error, "code": "invalid"}]},
                 422,
             )
-        hits = [self._public(i) for i in self.items[kind] if self._match(kind, i, parsed)]
+        found_items = [i for i in self.items[kind] if self._match(kind, i, parsed)]
+        found_items.sort(key=lambda i: -float(i["score"]))  # best match first; stable on ties
+        hits = [self._public(i) for i in found_items]
         wrap = {"total_count": len(hits), "incomplete_results": self.incomplete}
         return self._paged(request, f"/search/{kind}", hits, wrap)
 
@@ -227,8 +229,6 @@ class FakeGitHub(FakeProvider):
             return "q is required"
         if parsed.operators > 5:
             return "more than five AND / OR / NOT operators"
-        if kind == "code" and parsed.operators:
-            return "code search does not support AND, OR or NOT"
         if kind == "code" and len(q.encode()) > 1000:
             return "query is too long"
         if int(request.arg("page", "1")) * min(int(request.arg("per_page", "30")), 100) > 1000:
@@ -240,6 +240,8 @@ class FakeGitHub(FakeProvider):
         return {k: v for k, v in item.items() if not k.startswith("_")}
 
     def _match(self, kind: str, item: dict[str, Any], parsed: ParsedQ) -> bool:
+        if kind == "code" and parsed.operators:
+            return False  # live: code search answers `a OR b` with 200 and no results
         repo = _repo_name(item)
         quals = parsed.qualifiers
         if "repo" in quals and repo not in quals["repo"]:

@@ -259,9 +259,10 @@ async def _exercise(channel: grpc.aio.Channel, fakes: FakeProviders) -> list[str
             seen.append(f"{error.code()} {error.details()} {error.trailing_metadata()}")
 
     def connect(provider: cpb.Provider, token: str, user: str = "") -> Awaitable[Any]:
+        site = fakes.jira.base_url if user else ""  # basic auth talks to its site
         return alice.accounts.ConnectAccount(apb.ConnectAccountRequest(
-            provider=provider, display_name=f"p{provider}", credentials=apb.Credentials(
-                token=token, username=user)), metadata=alice.meta)
+            provider=provider, display_name=f"p{provider}", base_url=site,
+            credentials=apb.Credentials(token=token, username=user)), metadata=alice.meta)
 
     fakes.jira.add_site("cloud-1", "acme")
     await call(connect(SLACK, fakes.slack.token))
@@ -285,12 +286,14 @@ async def test_credentials_never_reach_logs_errors_or_replies(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    env = auth_env | {"SEARCH_LOG_LEVEL": "DEBUG"}
+    env = auth_env | {"SEARCH_LOG_LEVEL": "DEBUG", "SEARCH_ALLOW_PRIVATE_BASE_URLS": "true"}
     async with running_server(tmp_path, env) as app, grpc.aio.insecure_channel(
         f"127.0.0.1:{app.port}"
     ) as channel:
         seen = await _exercise(channel, fakes)
     assert any("NEEDS_RECONNECT" in text for text in seen)  # the 401 path ran
+    assert any(r.headers.get("authorization", "").startswith("Basic ")
+               for r in fakes.jira.log)  # the basic-auth path ran
     assert any("UNAUTHENTICATED" in text for text in seen)
     assert any("credentials.token" in text for text in seen)  # the rejected token path ran
     logged = caplog.text + "\n".join(repr(r.__dict__) for r in caplog.records)

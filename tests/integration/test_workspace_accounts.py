@@ -84,6 +84,14 @@ async def test_connect_list_disconnect(world: World) -> None:
         (connect_request(SLACK, credentials=Credentials("x" * 4097)), "credentials.token"),
         (connect_request(ProviderId.JIRA, credentials=Credentials("t", "a:b")),
          "credentials.username"),
+        (connect_request(ProviderId.JIRA, credentials=Credentials("t", "jane@example.com")),
+         "base_url"),
+        (connect_request(ProviderId.CONFLUENCE, credentials=Credentials("t", "jane@acme.com")),
+         "base_url"),
+        (connect_request(SLACK, credentials=Credentials("t", scopes=("ok", 'a"b'))),
+         "credentials.scopes[1]"),
+        (connect_request(SLACK, credentials=Credentials("t", scopes=("x",) * 101)),
+         "credentials.scopes"),
         (connect_request(SLACK, "https://github.acme.com"), "base_url"),
         (connect_request(GH, "http://github.acme.com"), "base_url"),
         (connect_request(GH, "https://user:pw@github.acme.com"), "base_url"),
@@ -114,6 +122,29 @@ async def test_self_hosted_base_urls(world: World) -> None:
     internal = await relaxed.connect(TENANT, connect_request(ProviderId.JIRA,
                                                              "https://internal.acme.com"))
     assert internal.account.base_url == "https://internal.acme.com"
+
+
+async def test_scopes_are_sealed_with_the_credentials_without_repeats(world: World) -> None:
+    accounts = manager(world)
+    scopes = ("search:read.public", "search:read.files", "search:read.public")
+    view = await accounts.connect(
+        TENANT, connect_request(SLACK, credentials=Credentials(SECRET, scopes=scopes))
+    )
+    (record,) = await world.store.list_accounts(TENANT)
+    assert b"search:read.files" not in record.sealed_credentials
+    opened = (await accounts.snapshot(TENANT)).credentials(view.account)
+    assert opened.scopes == ("search:read.public", "search:read.files")
+
+
+async def test_atlassian_basic_auth_with_its_site_is_accepted(world: World) -> None:
+    relaxed = manager(world, allow_private=True)
+    basic = Credentials(SECRET, "jane@example.com")
+    view = await relaxed.connect(
+        TENANT, connect_request(ProviderId.JIRA, "https://internal.acme.com", credentials=basic)
+    )
+    assert view.account.base_url == "https://internal.acme.com"
+    oauth = await relaxed.connect(TENANT, connect_request(ProviderId.CONFLUENCE))
+    assert oauth.account.base_url == "https://api.atlassian.com"
 
 
 async def test_credentials_are_sealed_and_bound_to_their_account(world: World) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from service.errors import InvalidArgument, InvalidPageToken, ResourceExhausted
+from service.errors import InvalidArgument, InvalidPageToken
 from service.ranking.tokens import TokenSigner
 from service.timerange import TimeRange
 from service.workspace.model import Account, Kind, ProviderId
@@ -117,18 +117,93 @@ def test_defaults_and_bounds_of_top_k_and_max_pages() -> None:
     assert (result.top_k, result.max_pages) == (50, 10)
 
 
-def test_no_queries_is_invalid_and_too_many_is_resource_exhausted() -> None:
+def test_no_queries_or_too_many_is_invalid_on_the_queries_field() -> None:
     assert violations() == [("queries", "")]
-    with pytest.raises(ResourceExhausted) as caught:
+    with pytest.raises(InvalidArgument) as caught:  # never RESOURCE_EXHAUSTED: no retry helps
         plan(*(q(SLACK, f"t{i}") for i in range(33)))
+    assert [v.field for v in caught.value.violations] == ["queries"]
     assert caught.value.metadata["limit"] == "32"
 
 
-def test_duplicates_compare_normalised_text_and_ignore_the_account() -> None:
+def test_duplicates_compare_normalised_text_on_overlapping_accounts() -> None:
     found = violations(q(SLACK, "Deploy  Freeze", account_id="sl1"), q(SLACK, " deploy freeze"))
     assert found == [("queries[1]", "")]
     # Kind is ignored for providers without kinds.
     assert violations(q(SLACK, "a", kind=Kind.CODE), q(SLACK, "a"))[0][0] == "queries[1]"
+    assert violations(q(SLACK, "a", account_id="sl2"), q(SLACK, "a", account_id="sl2")) == [
+        ("queries[1]", ""),
+    ]
+
+
+def test_the_same_text_on_two_different_accounts_is_not_a_duplicate() -> None:
+    result = plan(q(SLACK, "deploy", account_id="sl1"), q(SLACK, "deploy", account_id="sl2"))
+    assert [(s.query_index, s.account.account_id) for s in result.slots] == [
+        (0, "sl1"), (1, "sl2"),
+    ]
+    github = plan(q(GH, "bug", account_id="gh1", kind=Kind.ISSUES),
+                  q(GH, "bug", account_id="gh2", kind=Kind.ISSUES))
+    assert len(github.slots) == 2
+
+
+def test_a_cursor_narrows_a_query_to_its_account_for_duplicates() -> None:
+    result = plan(
+        q(SLACK, "deploy", cursor=_cursor("deploy")), q(SLACK, "deploy", account_id="sl1")
+    )
+    assert [s.account.account_id for s in result.slots] == ["sl2", "sl1"]
+
+
+def test_text_is_compared_exactly_where_operators_are_case_sensitive() -> None:
+    gmail = ProviderId.GMAIL  # upper-case OR is an operator, lower-case `or` a word
+    assert plan(q(gmail, "budget OR forecast"), q(gmail, "budget or forecast")).unmatched == (
+        (0, gmail), (1, gmail),
+    )
+    assert violations(q(gmail, "budget OR forecast"), q(gmail, "budget  OR forecast")) == [
+        ("queries[1]", ""),
+    ]
+    jira = ProviderId.JIRA  # quoted values (labels, account ids) are case-sensitive
+    assert len(plan(q(jira, "labels = Beta"), q(jira, "labels = beta")).unmatched) == 2
+    calendar = ProviderId.GOOGLE_CALENDAR  # plain words matched regardless of case
+    assert violations(q(calendar, "Standup"), q(calendar, "standup")) == [("queries[1]", "")]
+
+
+@pytest.mark.parametrize(
+    ("provider", "ignores_case"),
+    [(GH, False), (ProviderId.GITLAB, False), (SLACK, True), (ProviderId.GOOGLE_DRIVE, False),
+     (ProviderId.GMAIL, False), (ProviderId.GOOGLE_CALENDAR, True), (ProviderId.JIRA, False),
+     (ProviderId.CONFLUENCE, False)],
+)
+def test_which_providers_compare_text_ignoring_case(
+    provider: ProviderId, ignores_case: bool
+) -> None:
+    assert REGISTRY[provider].text_ignores_case is ignores_case
+
+
+def test_github_counts_free_text_only_against_its_256_characters() -> None:
+    qualifiers = " repo:acme/a-long-repository-name is:open label:bug author:octocat"
+    text = "a" * 250 + qualifiers
+    assert len(text) > 256
+    assert len(plan(q(GH, text, kind=Kind.ISSUES)).slots) == 2
+    assert violations(q(GH, "a" * 257 + qualifiers)) == [("queries[0].text", "")]
+    assert violations(q(GH, "repo:a/b " * 250)) == [("queries[0].text", "")]  # over 2000 in all
+
+
+def test_github_code_search_with_booleans_is_refused_on_its_text() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        plan(q(GH, "login OR signin", kind=Kind.CODE))
+    (violation,) = caught.value.violations
+    assert violation.field == "queries[0].text"
+    assert "AND/OR/NOT" in violation.description
+    assert "separate calls" in violation.description
+    for text in ("login AND signin", "NOT login"):
+        assert violations(q(GH, text, kind=Kind.CODE)) == [("queries[0].text", "")]
+    fine = plan(
+        q(GH, '"login OR signin"', account_id="gh1", kind=Kind.CODE),  # a phrase, no operator
+        q(GH, "login or signin", account_id="gh2", kind=Kind.CODE),  # lower case: words
+        q(GH, "login OR signin", account_id="gh1", kind=Kind.ISSUES),
+        q(GH, "login OR signin", account_id="gh2", kind=Kind.ISSUES),
+    )
+    assert len(fine.slots) == 4
+    assert len(plan(q(GH, "login OR signin")).slots) == 2  # kindless: the code leg is skipped
 
 
 def test_github_takes_one_query_per_kind_per_account() -> None:
@@ -163,13 +238,13 @@ def test_one_violation_per_offending_query_across_queries() -> None:
 
 def _cursor(text: str, account_id: str = "sl2", tenant: str = "t1") -> str:
     binding = cursor_binding(tenant, SLACK, account_id, text, None, TimeRange(), "")
-    return encode_cursor(SIGNER, binding, ListState("c2", 3, 20, 10))
+    return encode_cursor(SIGNER, binding, ListState("c2", 20, 10))
 
 
 def test_a_cursor_targets_its_account_and_sets_the_start() -> None:
     result = plan(q(SLACK, "deploy", cursor=_cursor("deploy")))
     assert [s.account.account_id for s in result.slots] == ["sl2"]
-    assert result.slots[0].start == ListState("c2", 3, 20, 10)
+    assert result.slots[0].start == ListState("c2", 20, 10)
 
 
 @pytest.mark.parametrize(
@@ -191,7 +266,7 @@ def test_a_cursor_for_another_account_than_the_one_named_is_rejected() -> None:
 
 def test_page_tokens_are_bound_to_tenant_queries_accounts_and_top_k() -> None:
     first = plan(q(SLACK, "deploy"))
-    state = PageState((ListState(), ListState()), frozenset({"AAAAAAAA"}), 2)
+    state = PageState((ListState(), ListState()), ("AAAAAAAA",), 2)
     token = encode_page_token(SIGNER, first.binding, state)
     again = plan(q(SLACK, "deploy"), page_token=token)
     assert again.resume == state

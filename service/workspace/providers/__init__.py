@@ -50,6 +50,13 @@ class ProviderSpec:
     # `hydrate` completes one when it is emitted; used when no time range needs each date.
     search_stubs: SearchFn | None = None
     hydrate: HydrateFn | None = None
+    # Validation (service.workspace.plan): what counts against `max_text_length`, and why a
+    # text cannot work for a kind ('' when it can).
+    text_length: Callable[[str], int] = len
+    check_text: Callable[[str, Kind | None], str] | None = None
+    # Duplicate queries compare text casefolded only where matching ignores case and there
+    # are no case-sensitive operators or ids; elsewhere exactly (Gmail `OR` vs the word `or`).
+    text_ignores_case: bool = False
 
 
 def check_registry(registry: Mapping[ProviderId, ProviderSpec]) -> None:
@@ -78,6 +85,8 @@ REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
             github.MAX_TEXT_LENGTH,
             github.DEFAULT_BASE_URL,
             github.search,
+            text_length=github.search_text_length,
+            check_text=github.check_text,
         ),
         ProviderId.GITLAB: ProviderSpec(
             ProviderId.GITLAB,
@@ -94,6 +103,7 @@ REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
             slack.MAX_TEXT_LENGTH,
             slack.DEFAULT_BASE_URL,
             slack.search,
+            text_ignores_case=True,  # no operators; keyword and semantic matching ignore case
         ),
         ProviderId.GOOGLE_DRIVE: ProviderSpec(
             ProviderId.GOOGLE_DRIVE,
@@ -120,6 +130,7 @@ REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
             google_calendar.MAX_TEXT_LENGTH,
             google_calendar.DEFAULT_BASE_URL,
             google_calendar.search,
+            text_ignores_case=True,  # plain words, no operators, matched regardless of case
         ),
         ProviderId.JIRA: ProviderSpec(
             ProviderId.JIRA,

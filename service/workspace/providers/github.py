@@ -80,6 +80,11 @@ _DATE_QUALIFIER = {
     Kind.COMMITS: "author-date",
     Kind.REPOSITORIES: "pushed",
 }
+CODE_BOOLEANS = (
+    "GitHub code search has no AND/OR/NOT (it answers such a query with no results); send "
+    "each alternative as its own kind code query, in separate calls (one code query per "
+    "account per call)"
+)
 _CODE_BOOLEAN_SKIP = (
     "code search was skipped: GitHub code search has no AND/OR/NOT; search code alternatives "
     "with kind code in separate queries"
@@ -115,6 +120,18 @@ def free_text(query: str) -> str:
     return " ".join(bare.split())
 
 
+def search_text_length(query: str) -> int:
+    """Characters of `query` that count against MAX_TEXT_LENGTH (the free text)."""
+    return len(free_text(query))
+
+
+def check_text(query: str, kind: Kind | None) -> str:
+    """Why `query` cannot work as a search of `kind` ('' when it can)."""
+    if kind is Kind.CODE and has_boolean_operators(query):
+        return CODE_BOOLEANS
+    return ""
+
+
 def is_scoped(query: str) -> bool:
     """True when the query names its own repo:/org:/user: scope."""
     return bool(_SCOPED.search(query))
@@ -130,6 +147,8 @@ def plan_kinds(query: ProviderQuery) -> tuple[list[Kind], dict[str, str]]:
         return [Kind.ISSUES, Kind.CODE], {}
     if query.kind not in KINDS:
         raise failed(f"GitHub has no kind {query.kind.value!r}")
+    if query.kind is Kind.CODE and has_boolean_operators(query.text):
+        raise failed(CODE_BOOLEANS)
     if query.kind is Kind.CODE and query.time_range.is_set:
         raise failed("GitHub code search has no dates; remove the time range or use another kind")
     return [query.kind], {}
@@ -272,7 +291,7 @@ def _total(plan: Plan, active: Sequence[int], legs: Mapping[str, LegResult]) -> 
 
 async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
     """Search GitHub; without repo:/org:/user: only the account's affiliated repositories."""
-    if len(free_text(query.text)) > MAX_TEXT_LENGTH:
+    if search_text_length(query.text) > MAX_TEXT_LENGTH:
         raise failed(f"GitHub search text is limited to {MAX_TEXT_LENGTH} characters")
     plan_kinds(query)  # reject impossible kinds before spending requests
     repos: list[str] | None = None
@@ -283,7 +302,8 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         if not repos:
             skipped = build_plan(query, None).skipped
             return ProviderPage(
-                (), message=join_messages([*skipped.values(), NO_REPOS]), skipped_legs=skipped
+                (), partial=True, message=join_messages([*skipped.values(), NO_REPOS]),
+                skipped_legs=skipped,
             )
     plan = build_plan(query, repos)
     page, active = parse_page_cursor(query.cursor, len(plan.legs))

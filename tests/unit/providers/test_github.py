@@ -43,6 +43,24 @@ def test_code_with_dates_fails() -> None:
     assert caught.value.state is QueryState.FAILED
 
 
+@pytest.mark.parametrize("text", ["login OR signin", "login AND signin", "NOT login repo:a/b"])
+def test_code_with_booleans_is_refused_before_any_request(text: str) -> None:
+    assert "separate calls" in github.check_text(text, Kind.CODE)
+    with pytest.raises(ProviderError) as caught:
+        github.plan_kinds(ProviderQuery(text, kind=Kind.CODE))
+    assert caught.value.state is QueryState.FAILED
+    assert caught.value.message == github.CODE_BOOLEANS
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [("login OR signin", None), ("login OR signin", Kind.ISSUES), ('"a OR b"', Kind.CODE),
+     ("login or signin", Kind.CODE), ("label:OR", Kind.CODE)],
+)
+def test_booleans_work_elsewhere(text: str, kind: Kind | None) -> None:
+    assert github.check_text(text, kind) == ""
+
+
 def test_gitlab_kind_is_refused() -> None:
     with pytest.raises(ProviderError):
         github.plan_kinds(ProviderQuery("x", kind=Kind.WIKI))
@@ -96,6 +114,7 @@ def test_free_text_excludes_qualifiers_and_operators() -> None:
     assert github.free_text('login OR "sign in" repo:a/b is:open (x)') == 'login "sign in" x'
     assert github.free_text("repo:a/b author:@me") == ""
     assert len(github.free_text("x" * 300 + " repo:a/b")) == 300
+    assert github.search_text_length("x" * 250 + " repo:acme/api is:open label:bug") == 250
 
 
 def test_scoping_detection() -> None:

@@ -27,7 +27,7 @@ from service.pb.search.v1 import common_pb2 as search_dot_v1_dot_common__pb2
 from service.pb.search.v1 import workspace_search_pb2 as search_dot_v1_dot_workspace__search__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18search/v1/accounts.proto\x12\tsearch.v1\x1a\x16search/v1/common.proto\x1a search/v1/workspace_search.proto\".\n\x0b\x43redentials\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\"\x93\x01\n\x15\x43onnectAccountRequest\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12+\n\x0b\x63redentials\x18\x04 \x01(\x0b\x32\x16.search.v1.Credentials\"=\n\x16\x43onnectAccountResponse\x12#\n\x07\x61\x63\x63ount\x18\x01 \x01(\x0b\x32\x12.search.v1.Account\".\n\x18\x44isconnectAccountRequest\x12\x12\n\naccount_id\x18\x01 \x01(\t\"\x1b\n\x19\x44isconnectAccountResponse2\xc7\x01\n\x0e\x41\x63\x63ountService\x12U\n\x0e\x43onnectAccount\x12 .search.v1.ConnectAccountRequest\x1a!.search.v1.ConnectAccountResponse\x12^\n\x11\x44isconnectAccount\x12#.search.v1.DisconnectAccountRequest\x1a$.search.v1.DisconnectAccountResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18search/v1/accounts.proto\x12\tsearch.v1\x1a\x16search/v1/common.proto\x1a search/v1/workspace_search.proto\">\n\x0b\x43redentials\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\"\x93\x01\n\x15\x43onnectAccountRequest\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12+\n\x0b\x63redentials\x18\x04 \x01(\x0b\x32\x16.search.v1.Credentials\"=\n\x16\x43onnectAccountResponse\x12#\n\x07\x61\x63\x63ount\x18\x01 \x01(\x0b\x32\x12.search.v1.Account\".\n\x18\x44isconnectAccountRequest\x12\x12\n\naccount_id\x18\x01 \x01(\t\"\x1b\n\x19\x44isconnectAccountResponse2\xc7\x01\n\x0e\x41\x63\x63ountService\x12U\n\x0e\x43onnectAccount\x12 .search.v1.ConnectAccountRequest\x1a!.search.v1.ConnectAccountResponse\x12^\n\x11\x44isconnectAccount\x12#.search.v1.DisconnectAccountRequest\x1a$.search.v1.DisconnectAccountResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,15 +35,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'search.v1.accounts_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CREDENTIALS']._serialized_start=97
-  _globals['_CREDENTIALS']._serialized_end=143
-  _globals['_CONNECTACCOUNTREQUEST']._serialized_start=146
-  _globals['_CONNECTACCOUNTREQUEST']._serialized_end=293
-  _globals['_CONNECTACCOUNTRESPONSE']._serialized_start=295
-  _globals['_CONNECTACCOUNTRESPONSE']._serialized_end=356
-  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_start=358
-  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_end=404
-  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_start=406
-  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_end=433
-  _globals['_ACCOUNTSERVICE']._serialized_start=436
-  _globals['_ACCOUNTSERVICE']._serialized_end=635
+  _globals['_CREDENTIALS']._serialized_end=159
+  _globals['_CONNECTACCOUNTREQUEST']._serialized_start=162
+  _globals['_CONNECTACCOUNTREQUEST']._serialized_end=309
+  _globals['_CONNECTACCOUNTRESPONSE']._serialized_start=311
+  _globals['_CONNECTACCOUNTRESPONSE']._serialized_end=372
+  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_start=374
+  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_end=420
+  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_start=422
+  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_end=449
+  _globals['_ACCOUNTSERVICE']._serialized_start=452
+  _globals['_ACCOUNTSERVICE']._serialized_end=651
 # @@protoc_insertion_point(module_scope)
