@@ -8,6 +8,7 @@ service.errors), then yields a `QueryStatus` as each (query, account) settles an
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -28,7 +29,10 @@ from service.workspace.providers import REGISTRY, ProviderSpec
 
 __all__ = ["EngineSettings", "WorkspaceEngine"]
 
-NO_ACCOUNT = "no connected {provider} account; connect one with AccountService.ConnectAccount"
+NO_ACCOUNT = (
+    "nothing was searched: no connected {provider} account; "
+    "connect one with AccountService.ConnectAccount"
+)
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,15 @@ class WorkspaceEngine:
                 query_index=query_index,
                 account_id="",
                 provider=provider,
-                state=QueryState.NEEDS_RECONNECT,
+                state=QueryState.SKIPPED,
                 message=NO_ACCOUNT.format(provider=provider.value),
                 page_number=first_page,
             )
         page_size = max(plan.top_k, self._settings.min_provider_page)
+        now = time.time()
         runs = [
-            ListRun(slot, self._start(plan, slot, page_size), self._registry[slot.account.provider])
+            ListRun(slot, self._start(plan, slot, page_size),
+                    self._registry[slot.account.provider], now=now)
             for slot in plan.slots
         ]
         if self._settings.prefetch_details and runs:

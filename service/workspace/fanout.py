@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
@@ -128,10 +129,10 @@ class Call:
                 )
             page = await run.search_fn()(run.http, run.provider_query())
         except ProviderError as error:
-            run.fail(error)
+            run.fail(error, now=time.time())
         except Exception:
             log.exception("provider %s search failed", run.spec.id.value)
-            run.fail(ProviderError(QueryState.FAILED, UNEXPECTED))
+            run.fail(ProviderError(QueryState.FAILED, UNEXPECTED, retryable=True), now=time.time())
         else:
             votes = run.accept(page)
             self._prefetch(run, votes)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit, urlunsplit
 
 from service.ranking import rrf
-from service.workspace.http import HttpClient
+from service.workspace.http import BUDGET_MESSAGE, HttpClient
 from service.workspace.model import (
     NativeDocument,
     ProviderError,
@@ -17,21 +20,63 @@ from service.workspace.model import (
     ProviderQuery,
     QueryState,
 )
-from service.workspace.paging import FetchedPage, ListState, short_id
+from service.workspace.paging import (
+    FetchedPage,
+    ListState,
+    Pass,
+    ReadPass,
+    resume_state,
+    short_id,
+)
 from service.workspace.plan import Slot
 from service.workspace.providers import ProviderSpec, SearchFn
 from service.workspace.providers._common import join_messages
 
-__all__ = ["PREVIEW_CHARS", "Fusion", "ListRun", "Vote", "fusion_key", "preview", "result_id"]
+__all__ = [
+    "PREVIEW_CHARS",
+    "Fusion",
+    "ListRun",
+    "Vote",
+    "canonical_url",
+    "fusion_key",
+    "preview",
+    "result_id",
+]
 
 PREVIEW_CHARS = 1800
 
 
+@functools.lru_cache(maxsize=16_384)
+def canonical_url(url: str) -> str:
+    """A URL spelled one way: scheme and host lower-cased, default port and trailing slash
+    dropped (the query and fragment kept: Gmail and Drive put the item's id there)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return url.strip()
+    if not parts.scheme or not parts.hostname:
+        return url.strip()
+    scheme = parts.scheme.lower()
+    host = parts.hostname.lower()
+    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
+        host = f"{host}:{port}"
+    path = parts.path.rstrip("/")
+    return urlunsplit((scheme, host, path, parts.query, parts.fragment))
+
+
 def fusion_key(provider: ProviderId, account_id: str, doc: NativeDocument) -> str:
-    """Identity for fusion: a provider dedupe key fuses across accounts, else url or id does not."""
+    """Identity for fusion: one per real item whichever account saw it.
+
+    The provider's global key when it has one (calendar event ids), else the item's
+    canonical URL (the same issue, file or page through two accounts); only an item
+    without either is told apart by account.
+    """
     if doc.dedupe_key:
         return f"{provider.value}\x1f*\x1f{doc.dedupe_key}"
-    return f"{provider.value}\x1f{account_id}\x1f{doc.url or doc.id}"
+    if doc.url:
+        return f"{provider.value}\x1f*\x1f{canonical_url(doc.url)}"
+    return f"{provider.value}\x1f{account_id}\x1f{doc.id}"
 
 
 def result_id(key: str) -> str:
@@ -61,17 +106,28 @@ class Vote:
 
 
 class ListRun:
-    """One (query, account) list during a call: fetched pages, votes and status."""
+    """One (query, account) list during a call: fetched pages, votes and status.
 
-    def __init__(self, slot: Slot, start: ListState, spec: ProviderSpec) -> None:
+    `pages` are the pages of the list's current pass (see service.workspace.paging) read in
+    this call; reaching the end of a first pass that did not begin at the first page starts
+    a sweep from the first page at once.
+    """
+
+    def __init__(self, slot: Slot, start: ListState, spec: ProviderSpec, *, now: float) -> None:
         self.slot = slot
         self.start = start
         self.spec = spec
+        self.sweep = start.sweep
+        self.pass_start = start
         self.pages: list[FetchedPage] = []
+        self.read_ids: list[str] = []  # short ids of every result read in this call, in order
         self.next_cursor = start.cursor
-        self.exhausted = start.exhausted
+        self.exhausted = start.exhausted  # no more pages to read in this call
         self.fetched = start.offset  # results known so far (rank of the last one)
         self.stopped = False  # an error ended fetching for this call
+        self.cut = False  # the budget or deadline stopped reading
+        self.ended = start.exhausted  # the list will never yield more
+        self.wait_until = 0
         self.http: HttpClient | None = None
         self.state: QueryState | None = QueryState.OK if start.exhausted else None
         self.messages: list[str] = ["no more results"] if start.exhausted else []
@@ -84,11 +140,28 @@ class ListRun:
         self.prefetched: dict[str, asyncio.Task[NativeDocument | ProviderError]] = {}
         self._undated = 0
         self._voted: set[str] = set()
+        self._own_done = frozenset(start.seen)
+        wait = start.wait_until - now
+        if not start.exhausted and wait > 0:
+            self._back_off(wait)
+
+    def _back_off(self, wait: float) -> None:
+        """Skip the list in this call: the provider asked to wait before it is read again."""
+        self.stopped = True
+        self.wait_until = self.start.wait_until
+        self.state = QueryState.RATE_LIMITED
+        self.retry_after = wait
+        self.messages.append(f"provider rate limit: read again after {wait:.0f} s")
 
     @property
     def fetchable(self) -> bool:
         """True while the list may hold more and fetching has not failed in this call."""
         return not self.exhausted and not self.stopped
+
+    @property
+    def sweeping(self) -> bool:
+        """True while the list is read again after its end (results found are late)."""
+        return self.sweep is not Pass.FIRST
 
     @property
     def message(self) -> str:
@@ -122,22 +195,50 @@ class ListRun:
         account = self.slot.account
         keys = [result_id(fusion_key(account.provider, account.account_id, d)) for d in kept]
         shorts = [short_id(key) for key in keys]
-        first_page = not self.pages
         cursor_used = self.next_cursor
         next_cursor = page.next_cursor if page.next_cursor != cursor_used else None
-        self.pages.append(FetchedPage(cursor_used, self.fetched, tuple(shorts), next_cursor))
+        self.pages.append(
+            FetchedPage(cursor_used, self.fetched, tuple(shorts), next_cursor, page.complete)
+        )
+        self.read_ids.extend(shorts)
         votes: list[Vote] = []
         for position, (key, short, doc) in enumerate(zip(keys, shorts, kept, strict=True)):
-            rank = self.fetched + position + 1
-            done = (first_page and position < self.start.skip) or short in self.start.seen
-            if key not in self._voted and not done:
-                votes.append(Vote(key, short, rank, doc))
+            if key not in self._voted and short not in self._own_done:
+                votes.append(Vote(key, short, self.fetched + position + 1, doc))
             self._voted.add(key)
         self.fetched += len(kept)
         self.next_cursor = next_cursor
         self.exhausted = next_cursor is None
         self._settle_ok(page)
+        if self.exhausted and self.sweep is Pass.FIRST and not self.pass_start.at_first_page:
+            self._begin_sweep()
         return votes
+
+    def _begin_sweep(self) -> None:
+        """The end was reached from a later page: read again from the first page."""
+        self.sweep = Pass.SWEEP
+        self.pass_start = ListState(limit=self.start.limit, emitted=self.contributed,
+                                    sweep=Pass.SWEEP)
+        self.pages = []
+        self.next_cursor = None
+        self.fetched = 0
+        self.exhausted = False
+
+    def resume(self, emitted: Collection[str]) -> ListState:
+        """Where the list resumes after this call, given the ids emitted so far."""
+        done: Collection[str] = emitted
+        if self._own_done:
+            done = set(emitted) | self._own_done
+        read = ReadPass(self.pass_start, tuple(self.pages), self.sweep, self.cut, self.ended)
+        state = resume_state(read, done, self.contributed)
+        if self.wait_until and not state.exhausted:
+            state = replace(state, wait_until=self.wait_until)
+        return state
+
+    def own_emitted(self, emitted: Collection[str]) -> tuple[str, ...]:
+        """Ids of this list's results emitted so far (for its per-query cursor)."""
+        fresh = [item for item in self.read_ids if item in emitted]
+        return (*self.start.seen, *fresh)
 
     def _in_range(self, documents: Iterable[NativeDocument]) -> list[NativeDocument]:
         usable = [d for d in documents if d.id or d.url]
@@ -152,18 +253,36 @@ class ListRun:
             self.state = QueryState.OK
         if page.total is not None:
             self.total, self.total_is_exact = page.total, page.total_is_exact
-        self.partial = self.partial or page.partial or bool(self._undated)
-        skipped = [f"skipped {leg}: {why}" for leg, why in page.skipped_legs.items()]
+        self.partial = (
+            self.partial or page.partial or not page.complete or bool(self._undated)
+        )
+        if page.retry_after is not None:
+            self.retry_after = max(self.retry_after or 0.0, page.retry_after)
+        skipped = [
+            f"skipped {leg}: {why}" for leg, why in page.skipped_legs.items()
+            if why not in page.message
+        ]
         for sentence in [page.message, *skipped]:
             if sentence and sentence not in self.messages:
                 self.messages.append(sentence)
 
-    def fail(self, error: ProviderError) -> None:
-        """Record a failed fetch: the query's state when nothing was fetched, else partial."""
+    def fail(self, error: ProviderError, *, now: float) -> None:
+        """Record a failed fetch: the query's state when nothing was fetched, else partial.
+
+        A retryable failure keeps the page in the resume state (read again on the next page,
+        after the provider's wait); a final one ends the list.
+        """
         self.stopped = True
+        if not error.retryable:
+            self.ended = True
+        elif error.state is QueryState.TIMED_OUT or error.message == BUDGET_MESSAGE:
+            self.cut = True
+        if error.retry_after is not None:
+            self.retry_after = max(self.retry_after or 0.0, error.retry_after)
+            if error.retryable and error.retry_after > 0:
+                self.wait_until = math.ceil(now + error.retry_after)
         if self.state is None:
             self.state = error.state
-            self.retry_after = error.retry_after
             self.messages.append(error.message)
             return
         self.partial = True
@@ -175,7 +294,7 @@ class Fusion:
 
     def __init__(self, k: int, emitted: Iterable[str] = ()) -> None:
         self.k = k
-        self.emitted: set[str] = set(emitted)
+        self.emitted: dict[str, None] = dict.fromkeys(emitted)  # short ids, in emission order
         self._votes: dict[str, list[rrf.Contribution]] = {}
         self._docs: dict[str, dict[int, NativeDocument]] = {}
         self._short: dict[str, str] = {}
@@ -205,7 +324,7 @@ class Fusion:
 
     def take(self, key: str) -> tuple[list[rrf.Contribution], NativeDocument, int]:
         """Mark a result emitted; its votes, best document and the list of that document."""
-        self.emitted.add(self._short[key])
+        self.emitted[self._short[key]] = None
         votes = sorted(self._votes[key])
         best = min(votes, key=lambda c: (c.rank, c.list_index))
         return votes, self._docs[key][best.list_index], best.list_index

@@ -4,16 +4,17 @@ A result is emitted only when no other result, seen or not, can still outrank it
 list is read to its end (see `rrf.ready_keys`). Otherwise the lists with the largest bound
 term are read one provider page further, within the per-page round limit, the request budget
 and the deadline; when those run out the best results so far are emitted and the page says
-`ranking_is_exact = false`.
+`ranking_is_exact = false`. Lists being swept (read again from their first page after their
+end, see service.workspace.paging) do not bound the order: what they find is late. They are
+read when nothing else is left to read, so the last page can say whether paging is over.
 
 Results a provider listed as stubs (identity only: Gmail message ids) are completed just
 before they are emitted, from reads the fan-out started early for each list's first stubs or
 read then; a stub whose details cannot be read is still emitted, and its query is partial.
 
-Statuses: each (query, account) gets one status as its first fetch of the call settles;
-before each page, a fresh status is streamed for every list whose status changed (result
-count, cursor, state), tagged with that page's number. The last status received for a
-(query_index, account_id) is current.
+Statuses: before each page, one status for every (query, account) whose status changed
+since the previous page (on the first page: every one), tagged with that page's number. The
+last status received for a (query_index, account_id) is current.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 from service.ranking import rrf
-from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner
+from service.ranking.tokens import TokenSigner
 from service.workspace.events import (
     FusedPage,
     FusedResult,
@@ -43,7 +44,6 @@ from service.workspace.paging import (
     cursor_binding,
     encode_cursor,
     encode_page_token,
-    resume_state,
 )
 from service.workspace.plan import Plan
 from service.workspace.providers import ProviderSpec
@@ -82,18 +82,15 @@ class Pager:
         self._cursors: dict[int, tuple[ListState, str]] = {}
 
     async def events(self) -> AsyncGenerator[SearchEvent]:
-        """Statuses as lists settle, then up to `max_pages` fused pages."""
-        for run in self._runs:
-            if run.exhausted:
-                yield self._status_once(run)
+        """Up to `max_pages` fused pages, each after the statuses that changed before it."""
         async with aclosing(self._call.fetch([r for r in self._runs if r.fetchable])) as settled:
             async for run, votes in settled:
                 self._fusion.add(run.slot.index, votes)
-                yield self._status_once(run)
         for _ in range(self._plan.max_pages):
             page, best_effort = await self._fill_page()
-            done = not self._fusion.candidates() and all(r.exhausted for r in self._runs)
-            token = "" if done or not page else self._page_token()
+            resumes = [run.resume(self._fusion.emitted) for run in self._runs]
+            done = not self._fusion.candidates() and all(r.exhausted for r in resumes)
+            token = "" if done else self._page_token(resumes)
             for run in self._runs:
                 status = self._status(run)
                 if self._changed(run, status):
@@ -108,18 +105,30 @@ class Pager:
         results: list[FusedResult] = []
         best_effort = False
         rounds = 0
-        while len(results) < self._plan.top_k:
+        while True:
             want = self._plan.top_k - len(results)
             candidates = self._fusion.candidates()
             open_terms = {
                 r.slot.index: rrf.term(r.fetched + 1, self._settings.rrf_k)
-                for r in self._runs if r.fetchable
+                for r in self._runs if r.fetchable and not r.sweeping
             }
-            ready = rrf.ready_keys(candidates, open_terms, want)
-            if not ready and open_terms and self._may_fetch(rounds):
-                await self._fetch_round(open_terms)
+            sweepers = [r for r in self._runs if r.fetchable and r.sweeping]
+            ready = rrf.ready_keys(candidates, open_terms, want) if want > 0 else []
+            if want > 0 and not ready and open_terms and self._may_fetch(rounds):
+                await self._fetch(self._widest(open_terms))
                 rounds += 1
                 continue
+            if not candidates and not open_terms and sweepers:
+                # Nothing else left: sweep now, so this page knows whether paging is over.
+                if not self._may_fetch(rounds):
+                    for run in sweepers:
+                        run.cut = True
+                    break
+                await self._fetch(sweepers)
+                rounds += 1
+                continue
+            if want <= 0:
+                break
             if not ready:
                 ready = rrf.best_keys(candidates, want)
                 best_effort = best_effort or bool(ready)
@@ -164,9 +173,11 @@ class Pager:
             and self._call.time_left() > self._settings.min_round_seconds
         )
 
-    async def _fetch_round(self, open_terms: dict[int, float]) -> None:
+    def _widest(self, open_terms: dict[int, float]) -> list[ListRun]:
         widest = max(open_terms.values())
-        batch = [r for r in self._runs if open_terms.get(r.slot.index) == widest]
+        return [r for r in self._runs if open_terms.get(r.slot.index) == widest]
+
+    async def _fetch(self, batch: Sequence[ListRun]) -> None:
         async with aclosing(self._call.fetch(batch)) as settled:
             async for run, votes in settled:
                 self._fusion.add(run.slot.index, votes)
@@ -197,24 +208,17 @@ class Pager:
             contributions=tuple(contributions),
         )
 
-    def _resume(self, run: ListRun) -> ListState:
-        return resume_state(run.start, run.pages, self._fusion.emitted, run.contributed)
-
-    def _page_token(self) -> str:
-        state = PageState(
-            tuple(replace(self._resume(r), seen=frozenset()) for r in self._runs),
-            frozenset(self._fusion.emitted),
-            self._page_number + 1,
-        )
+    def _page_token(self, resumes: Sequence[ListState]) -> str:
+        state = PageState(tuple(resumes), tuple(self._fusion.emitted), self._page_number + 1)
         token = encode_page_token(self._signer, self._plan.binding, state)
-        if len(token) > MAX_TOKEN_CHARS:
-            log.warning("page token too large (%d chars); paging stops here", len(token))
-            return ""
+        if not token:
+            log.warning("page token does not fit even without emitted ids; paging stops here")
         return token
 
     def _cursor(self, run: ListRun) -> str:
         """The list's signed cursor (signed again only when its resume state moved)."""
-        state = self._resume(run)
+        emitted = self._fusion.emitted
+        state = replace(run.resume(emitted), seen=run.own_emitted(emitted))
         known = self._cursors.get(run.slot.index)
         if known is not None and known[0] == state:
             return known[1]
@@ -243,11 +247,6 @@ class Pager:
             next_cursor=self._cursor(run),
             page_number=self._page_number,
         )
-
-    def _status_once(self, run: ListRun) -> QueryStatus:
-        status = self._status(run)
-        self._sent[run.slot.index] = status
-        return status
 
     def _changed(self, run: ListRun, status: QueryStatus) -> bool:
         before = self._sent.get(run.slot.index)

@@ -1,39 +1,51 @@
 """Resume state of workspace search: signed page tokens and per-query cursors.
 
-Every (query, account) result list is read in provider pages of a fixed size. Its resume
-point is the provider page holding the first result not yet emitted: the cursor that fetches
-that page, how many of its leading results were emitted, and the rank offset of its first
-result, so ranks stay absolute across calls. A page token keeps that for every list plus the
-short ids of every fused result already emitted (nothing repeats); a per-query cursor keeps it
-for one list plus the short ids of its own results emitted beyond the resume point.
+Every (query, account) result list is read in provider pages of a fixed size. Resuming is by
+identity, never by position: a list resumes by reading again the provider page that held its
+first result not yet emitted (or a page that failed in part), and every result of that read
+not yet emitted is a candidate, wherever it now sits; what was emitted is known by id. A
+page token keeps every list's resume point plus the short ids of the fused results already
+emitted (the most recent ones when they do not all fit); a per-query cursor keeps one list's
+resume point plus the ids of its own results already emitted (at most MAX_CURSOR_SEEN).
+
+Providers move items between calls, so reaching a list's end is not the end: unless the list
+was read from its first page to its end within one call, it is read again from the first
+page (a sweep, `Pass.SWEEP`), and only a sweep that reaches the end with every result it saw
+emitted ends the list. A sweep that the request budget or deadline cuts before the end
+continues where it stopped (`Pass.LONG_SWEEP`); its end is final.
 """
 
 from __future__ import annotations
 
 import base64
+import enum
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.errors import InvalidPageToken
-from service.ranking.tokens import TokenSigner, fingerprint
+from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner, fingerprint
 from service.timerange import TimeRange
 from service.workspace.model import Kind, ProviderId
 
 __all__ = [
     "CURSOR_KIND",
     "MAX_CURSOR_CHARS",
+    "MAX_CURSOR_SEEN",
     "PAGE_TOKEN_KIND",
     "FetchedPage",
     "ListState",
     "PageState",
+    "Pass",
+    "ReadPass",
     "cursor_binding",
     "decode_cursor",
     "decode_page_token",
     "encode_cursor",
     "encode_page_token",
     "page_binding",
+    "recent",
     "resume_state",
     "short_id",
 ]
@@ -41,7 +53,7 @@ __all__ = [
 PAGE_TOKEN_KIND = "ws-page"  # noqa: S105 - a token kind label, not a secret
 CURSOR_KIND = "ws-cursor"
 MAX_CURSOR_CHARS = 4000
-MAX_CURSOR_SEEN = 200  # beyond this a cursor may repeat a few results rather than grow
+MAX_CURSOR_SEEN = 200  # beyond this a cursor may repeat its oldest results rather than grow
 _SHORT_BYTES = 6
 _SHORT_CHARS = 8  # base64url of 6 bytes, no padding
 
@@ -52,48 +64,67 @@ def short_id(key: str) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii")
 
 
-def _pack(ids: Collection[str]) -> str:
-    return "".join(sorted(ids))
+def _pack(ids: Iterable[str]) -> str:
+    return "".join(ids)
 
 
-def _unpack(packed: Any, field_name: str) -> frozenset[str]:
+def _unpack(packed: Any, field_name: str) -> tuple[str, ...]:
     if not isinstance(packed, str) or len(packed) % _SHORT_CHARS:
         raise InvalidPageToken.field(field_name, "token is malformed")
-    return frozenset(
-        packed[i : i + _SHORT_CHARS] for i in range(0, len(packed), _SHORT_CHARS)
-    )
+    return tuple(packed[i : i + _SHORT_CHARS] for i in range(0, len(packed), _SHORT_CHARS))
+
+
+def recent(ids: Sequence[str], limit: int) -> tuple[str, ...]:
+    """The last `limit` distinct ids, in order (older ones are forgotten first)."""
+    kept = list(dict.fromkeys(ids))
+    return tuple(kept[-limit:]) if limit > 0 else ()
+
+
+class Pass(enum.IntEnum):
+    """Which read of a list is under way."""
+
+    FIRST = 0  # reading forward from the first page
+    SWEEP = 1  # the end was reached once: every call reads again from the first page
+    LONG_SWEEP = 2  # a sweep cut by budget or deadline: continues where it stopped
 
 
 @dataclass(frozen=True)
 class ListState:
     """Where one (query, account) list resumes."""
 
-    cursor: str | None = None  # provider cursor fetching the resume page; None = first page
-    skip: int = 0  # leading results of that page already emitted
+    cursor: str | None = None  # provider cursor of the page read first; None = first page
     offset: int = 0  # results before that page (the rank of its first result - 1)
     limit: int = 10  # provider page size; provider cursors depend on it
     exhausted: bool = False
     emitted: int = 0  # results this list contributed to emitted fused results so far
-    seen: frozenset[str] = field(default=frozenset())  # cursors: own results emitted past skip
+    sweep: Pass = Pass.FIRST
+    wait_until: int = 0  # unix seconds: a rate-limited list is not read again before this
+    seen: tuple[str, ...] = field(default=())  # cursors: ids of the list's emitted results
+
+    @property
+    def at_first_page(self) -> bool:
+        """True when the list is read from its first page."""
+        return self.cursor is None and self.offset == 0
 
     def to_wire(self) -> list[Any]:
         """Compact JSON form (without `seen`)."""
-        return [self.cursor, self.skip, self.offset, self.limit, int(self.exhausted), self.emitted]
+        return [self.cursor, self.offset, self.limit, int(self.exhausted), self.emitted,
+                int(self.sweep), self.wait_until]
 
     @classmethod
     def from_wire(cls, value: Any, field_name: str) -> ListState:
         """Parse `to_wire` output; InvalidPageToken naming `field_name` when malformed."""
-        if not isinstance(value, list) or len(value) != 6:
+        if not isinstance(value, list) or len(value) != 7:
             raise InvalidPageToken.field(field_name, "token is malformed")
-        cursor, skip, offset, limit, exhausted, emitted = value
-        numbers = (skip, offset, limit, emitted)
+        cursor, offset, limit, exhausted, emitted, sweep, wait_until = value
+        numbers = (offset, limit, emitted, sweep, wait_until)
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidPageToken.field(field_name, "token is malformed")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
             raise InvalidPageToken.field(field_name, "token is malformed")
-        if exhausted not in (0, 1) or not 1 <= limit <= 100:
+        if exhausted not in (0, 1) or not 1 <= limit <= 100 or sweep not in iter(Pass):
             raise InvalidPageToken.field(field_name, "token is malformed")
-        return cls(cursor, skip, offset, limit, bool(exhausted), emitted)
+        return cls(cursor, offset, limit, bool(exhausted), emitted, Pass(sweep), wait_until)
 
 
 @dataclass(frozen=True)
@@ -101,7 +132,7 @@ class PageState:
     """Everything the next fused page needs: each list's resume point and what was emitted."""
 
     lists: tuple[ListState, ...]
-    emitted: frozenset[str]
+    emitted: tuple[str, ...]  # short ids, in the order they were emitted
     page_number: int  # 1-based number of the next page
 
 
@@ -113,6 +144,18 @@ class FetchedPage:
     offset: int  # results before it in the list
     ids: tuple[str, ...]  # short ids of its results, in order
     next_cursor: str | None  # None: the list ends with this page
+    complete: bool = True  # False: a part failed; the page is read again
+
+
+@dataclass(frozen=True)
+class ReadPass:
+    """What one call read of a list's current pass, for `resume_state`."""
+
+    start: ListState  # where this call's reading of the pass began
+    pages: tuple[FetchedPage, ...]  # pages of the pass fetched in this call, in order
+    sweep: Pass  # the pass being read
+    cut: bool = False  # budget or deadline stopped the pass before its end
+    ended: bool = False  # a fetch failed for good: the list ends
 
 
 def page_binding(tenant: str, request_fingerprint: str) -> str:
@@ -139,14 +182,29 @@ def cursor_binding(
                        project)
 
 
+def _overflow(length: int, limit: int) -> int:
+    """How many of the oldest ids to drop so a token of `length` characters fits `limit`:
+    each id is 8 payload characters, about 10.7 once the payload is base64url-encoded."""
+    return max(1, -(-(length - limit) * 3 // 32) + 1)
+
+
 def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> str:
-    """A signed page token for `state`."""
-    payload = {
-        "l": [item.to_wire() for item in state.lists],
-        "e": _pack(state.emitted),
-        "p": state.page_number,
-    }
-    return signer.sign(PAGE_TOKEN_KIND, binding, payload)
+    """A signed page token for `state`; '' when even its list states do not fit.
+
+    Emitted ids are kept newest first: when all of them do not fit in MAX_TOKEN_CHARS the
+    oldest are forgotten (a later sweep may then emit one of those again: a repeat, never
+    a skip).
+    """
+    lists = [item.to_wire() for item in state.lists]
+    ids = state.emitted
+    while True:
+        payload = {"l": lists, "e": _pack(ids), "p": state.page_number}
+        token = signer.sign(PAGE_TOKEN_KIND, binding, payload)
+        if len(token) <= MAX_TOKEN_CHARS:
+            return token
+        if not ids:
+            return ""
+        ids = ids[_overflow(len(token), MAX_TOKEN_CHARS) :]
 
 
 def decode_page_token(signer: TokenSigner, binding: str, token: str, lists: int) -> PageState:
@@ -166,11 +224,12 @@ def encode_cursor(signer: TokenSigner, binding: str, state: ListState) -> str:
     """A signed per-query cursor for `state`; '' when the list is exhausted."""
     if state.exhausted:
         return ""
-    seen = sorted(state.seen)[:MAX_CURSOR_SEEN]
-    cursor = signer.sign(CURSOR_KIND, binding, {"l": state.to_wire(), "s": _pack(seen)})
-    if len(cursor) > MAX_CURSOR_CHARS:  # a long provider cursor: repeat a few, never skip
-        cursor = signer.sign(CURSOR_KIND, binding, {"l": state.to_wire(), "s": ""})
-    return cursor
+    seen = recent(state.seen, MAX_CURSOR_SEEN)
+    while True:
+        cursor = signer.sign(CURSOR_KIND, binding, {"l": state.to_wire(), "s": _pack(seen)})
+        if len(cursor) <= MAX_CURSOR_CHARS or not seen:
+            return cursor  # a provider cursor too long even alone is refused on decode
+        seen = seen[_overflow(len(cursor), MAX_CURSOR_CHARS) :]
 
 
 def decode_cursor(signer: TokenSigner, binding: str, cursor: str, field_name: str) -> ListState:
@@ -182,39 +241,44 @@ def decode_cursor(signer: TokenSigner, binding: str, cursor: str, field_name: st
     return replace(state, seen=_unpack(payload.get("s"), field_name))
 
 
-def _done(
-    page_index: int, position: int, item: str, start: ListState, emitted: Collection[str]
-) -> bool:
-    if page_index == 0 and position < start.skip:
-        return True
-    return item in emitted or item in start.seen
+def _first_open(pages: Sequence[FetchedPage], emitted: Collection[str]) -> int | None:
+    """Index of the first page that failed in part or holds a result not yet emitted."""
+    for index, page in enumerate(pages):
+        if not page.complete or any(item not in emitted for item in page.ids):
+            return index
+    return None
 
 
-def resume_state(
-    start: ListState, pages: Sequence[FetchedPage], emitted: Collection[str], contributed: int
-) -> ListState:
-    """Where the list resumes after this call: at the first fetched result not yet emitted.
+def resume_state(read: ReadPass, emitted: Collection[str], contributed: int) -> ListState:
+    """Where the list resumes after this call.
 
-    `pages` are the provider pages fetched in this call, the first one at `start.cursor`;
-    `emitted` holds the short ids emitted so far; `contributed` is the list's result count.
+    `read` is what this call read of the list's current pass; `emitted` holds every short id
+    known to be emitted (the fused results and, for cursors, the list's own); `contributed`
+    is the list's result count so far.
     """
-    first: tuple[int, int] | None = None
-    seen: list[str] = []
-    for page_index, page in enumerate(pages):
-        for position, item in enumerate(page.ids):
-            done = _done(page_index, position, item, start, emitted)
-            if first is None and not done:
-                first = (page_index, position)
-            elif first is not None and done:
-                seen.append(item)
-    if first is not None:
-        page = pages[first[0]]
-        return ListState(page.cursor, first[1], page.offset, start.limit, False, contributed,
-                         frozenset(seen))
+    start, pages = read.start, read.pages
+    base = replace(start, emitted=contributed, seen=(), wait_until=0)
+    if read.ended:
+        return replace(base, exhausted=True)
     if not pages:
-        return replace(start, emitted=contributed)
+        return replace(base, sweep=read.sweep)
+    reached_end = pages[-1].next_cursor is None
+    first_open = _first_open(pages, emitted)
+    if read.sweep is Pass.SWEEP:
+        if reached_end and first_open is None:
+            return replace(base, exhausted=True)
+        if read.cut and first_open is None:  # too long to sweep in one call: go on from here
+            last = pages[-1]
+            return ListState(last.next_cursor, last.offset + len(last.ids), start.limit, False,
+                             contributed, Pass.LONG_SWEEP)
+        return ListState(None, 0, start.limit, False, contributed, Pass.SWEEP)
+    if first_open is not None:
+        page = pages[first_open]
+        return ListState(page.cursor, page.offset, start.limit, False, contributed, read.sweep)
     last = pages[-1]
     end = last.offset + len(last.ids)
-    if last.next_cursor is None:
-        return ListState(None, 0, end, start.limit, True, contributed)
-    return ListState(last.next_cursor, 0, end, start.limit, False, contributed)
+    if not reached_end:
+        return ListState(last.next_cursor, end, start.limit, False, contributed, read.sweep)
+    if read.sweep is Pass.LONG_SWEEP or start.at_first_page:
+        return ListState(None, end, start.limit, True, contributed, read.sweep)
+    return ListState(None, 0, start.limit, False, contributed, Pass.SWEEP)

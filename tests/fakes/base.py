@@ -160,6 +160,22 @@ class FakeProvider:
         """Send the body 16 bytes at a time, `interval` seconds apart."""
         return self.fault("drip", delay=interval, path=path, times=times)
 
+    def fail_call(
+        self,
+        path: str,
+        call: int,
+        status: int = 500,
+        *,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+    ) -> Fault:
+        """Answer only the `call`-th request (1-based, from now) whose path contains `path`
+        with `status` (and the given headers and JSON body); every other request is served."""
+        return self.fault(
+            "status", status=status, headers=dict(headers or {}), body=body, path=path,
+            on_call=call,
+        )
+
     def answer(self, body: Any, *, path: str = "", times: int | None = None) -> Fault:
         """200 with this JSON body instead of the real answer (e.g. Slack ok:false)."""
         return self.fault("body", body=body, path=path, times=times)

@@ -94,14 +94,21 @@ class Fault:
     kind: str
     path: str = ""  # only requests whose path contains this
     times: int | None = None  # apply to this many matching requests (None = always)
+    on_call: int | None = None  # only the n-th request (1-based) whose path contains `path`
+    calls: int = 0  # requests seen whose path contains `path`
     delay: float = 0.0  # seconds before answering (latency) or between drip chunks
     status: int = 503
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None  # JSON body for `status`/`body` faults
 
     def matches(self, request: Request) -> bool:
-        """True when this fault applies to `request` and has uses left."""
-        return self.path in request.path and (self.times is None or self.times > 0)
+        """True when this fault applies to `request` and has uses left (counts the call)."""
+        if self.path not in request.path:
+            return False
+        self.calls += 1
+        if self.on_call is not None and self.calls != self.on_call:
+            return False
+        return self.times is None or self.times > 0
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -152,12 +159,13 @@ class FakeHttpServer:
         self.log.clear()
 
     def _take_fault(self, request: Request) -> Fault | None:
-        for fault in self.faults:
-            if fault.matches(request):
-                if fault.times is not None:
-                    fault.times -= 1
-                return fault
-        return None
+        chosen = None
+        for fault in self.faults:  # every fault counts the request, the first one applies
+            if fault.matches(request) and chosen is None:
+                chosen = fault
+        if chosen is not None and chosen.times is not None:
+            chosen.times -= 1
+        return chosen
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -104,8 +104,10 @@ class FakeSlack(FakeProvider):
                 if matches_all(terms, m["content"]) and _passes(m, modifiers, args)
             ]
         )
-        hits.sort(key=lambda m: float(m["message_ts"]), reverse=True)
+        # Newest first unless a test re-scored a message (`_rank`: higher comes first).
+        hits.sort(key=lambda m: (m.get("_rank", 0), float(m["message_ts"])), reverse=True)
         chunk, following = page_slice(hits, offset, limit)
+        chunk = [{k: v for k, v in m.items() if not k.startswith("_")} for m in chunk]
         types = str(args.get("content_types", "messages"))
         files = [f for f in self.files if matches_all(terms, f["title"], f["content"])]
         results: dict[str, Any] = {"messages": chunk}

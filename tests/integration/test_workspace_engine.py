@@ -249,13 +249,15 @@ async def test_the_deadline_bounds_every_provider_request(world: World) -> None:
     assert len(outcome.pages[0].results) == 3
 
 
-async def test_a_query_reaching_no_account_gets_a_reconnect_status(world: World) -> None:
+async def test_a_query_reaching_no_account_is_skipped_not_reconnect(world: World) -> None:
     await world.connect(SLACK)
     outcome = await world.search([NativeQuery(ProviderId.GMAIL, "from:me"),
                                   NativeQuery(SLACK, "x")])
     unmatched = outcome.latest()[(0, "")]
-    assert unmatched.state is QueryState.NEEDS_RECONNECT
-    assert "gmail" in unmatched.message
+    # No account is not a refused credential: nothing to reconnect (issue 14 item 7).
+    assert unmatched.state is QueryState.SKIPPED
+    assert "no connected gmail account" in unmatched.message
+    assert [s.query_index for s in outcome.statuses].count(0) == 1
     assert [c.provider for c in outcome.pages[0].cards] == [SLACK]
 
 

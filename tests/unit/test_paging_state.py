@@ -9,14 +9,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.errors import InvalidPageToken
-from service.ranking.tokens import TokenSigner
+from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner
 from service.timerange import TimeRange
-from service.workspace.lists import ListRun, fusion_key, preview
-from service.workspace.model import Account, NativeDocument, ProviderId, ProviderPage, QueryState
+from service.workspace.lists import ListRun, canonical_url, fusion_key, preview, result_id
+from service.workspace.model import (
+    Account,
+    NativeDocument,
+    ProviderError,
+    ProviderId,
+    ProviderPage,
+    QueryState,
+)
 from service.workspace.paging import (
+    MAX_CURSOR_SEEN,
     FetchedPage,
     ListState,
     PageState,
+    Pass,
+    ReadPass,
     cursor_binding,
     decode_cursor,
     decode_page_token,
@@ -40,18 +50,19 @@ def test_short_ids_are_eight_url_safe_characters() -> None:
 
 @given(
     st.lists(
-        st.tuples(st.none() | st.text(max_size=20), st.integers(0, 50), st.integers(0, 10**6),
-                  st.integers(1, 100), st.booleans(), st.integers(0, 10**6)),
+        st.tuples(st.none() | st.text(max_size=20), st.integers(0, 10**6), st.integers(1, 100),
+                  st.booleans(), st.integers(0, 10**6), st.sampled_from(list(Pass)),
+                  st.integers(0, 2**40)),
         max_size=8,
     ),
-    st.sets(st.integers(0, 10**6), max_size=50),
+    st.lists(st.integers(0, 10**6), max_size=50, unique=True),
     st.integers(1, 1000),
 )
 def test_page_tokens_round_trip(
-    lists: list[tuple[str | None, int, int, int, bool, int]], emitted: set[int], page: int
+    lists: list[tuple[str | None, int, int, bool, int, Pass, int]], emitted: list[int], page: int
 ) -> None:
     state = PageState(
-        tuple(ListState(*item) for item in lists), frozenset(short_id(str(e)) for e in emitted),
+        tuple(ListState(*item) for item in lists), tuple(short_id(str(e)) for e in emitted),
         page,
     )
     token = encode_page_token(SIGNER, BINDING, state)
@@ -59,7 +70,7 @@ def test_page_tokens_round_trip(
 
 
 def test_page_token_checks() -> None:
-    state = PageState((ListState(),), frozenset(), 2)
+    state = PageState((ListState(),), (), 2)
     token = encode_page_token(SIGNER, BINDING, state)
     with pytest.raises(InvalidPageToken):
         decode_page_token(SIGNER, BINDING, token, 2)  # another number of lists
@@ -67,22 +78,38 @@ def test_page_token_checks() -> None:
         decode_page_token(SIGNER, "c" * 32, token, 1)
     with pytest.raises(InvalidPageToken):
         decode_page_token(TokenSigner(b"x" * 32), BINDING, token, 1)
-    bad = SIGNER.sign("ws-page", BINDING, {"l": [[None, -1, 0, 10, 0, 0]], "e": "", "p": 1})
-    with pytest.raises(InvalidPageToken):
-        decode_page_token(SIGNER, BINDING, bad, 1)
+    for wire in ([None, -1, 10, 0, 0, 0, 0], [None, 0, 10, 0, 0, 3, 0], [None, 0, 10, 0, 0]):
+        bad = SIGNER.sign("ws-page", BINDING, {"l": [wire], "e": "", "p": 1})
+        with pytest.raises(InvalidPageToken):
+            decode_page_token(SIGNER, BINDING, bad, 1)
     odd = SIGNER.sign("ws-page", BINDING, {"l": [ListState().to_wire()], "e": "abc", "p": 1})
     with pytest.raises(InvalidPageToken):
         decode_page_token(SIGNER, BINDING, odd, 1)
 
 
+def test_a_token_keeps_the_newest_ids_that_fit_and_forgets_the_oldest() -> None:
+    emitted = tuple(short_id(str(i)) for i in range(4000))  # 32,000 characters of ids
+    token = encode_page_token(SIGNER, BINDING, PageState((ListState(),), emitted, 9))
+    assert 0 < len(token) <= MAX_TOKEN_CHARS
+    kept = decode_page_token(SIGNER, BINDING, token, 1).emitted
+    assert 1400 < len(kept) < len(emitted)
+    assert kept == emitted[-len(kept):]  # the most recent ones, in order
+
+
 def test_cursors_round_trip_and_are_empty_when_exhausted() -> None:
-    state = ListState("p3", 2, 40, 20, False, 7, frozenset({short_id("a"), short_id("b")}))
+    state = ListState("p3", 40, 20, False, 7, Pass.SWEEP, 0, (short_id("a"), short_id("b")))
     cursor = encode_cursor(SIGNER, BINDING, state)
     assert decode_cursor(SIGNER, BINDING, cursor, "queries[0].cursor") == state
     assert encode_cursor(SIGNER, BINDING, ListState(exhausted=True)) == ""
     with pytest.raises(InvalidPageToken) as caught:
         decode_cursor(SIGNER, BINDING, "x" * 4001, "queries[2].cursor")
     assert caught.value.violations[0].field == "queries[2].cursor"
+
+
+def test_a_cursor_keeps_its_newest_ids() -> None:
+    seen = tuple(short_id(str(i)) for i in range(MAX_CURSOR_SEEN + 50))
+    cursor = encode_cursor(SIGNER, BINDING, ListState("p9", 60, 20, seen=seen))
+    assert decode_cursor(SIGNER, BINDING, cursor, "c").seen == seen[-MAX_CURSOR_SEEN:]
 
 
 def test_cursor_binding_covers_every_bound_part() -> None:
@@ -99,32 +126,67 @@ def test_cursor_binding_covers_every_bound_part() -> None:
     assert len(bindings | {cursor_binding(*base)}) == len(variants) + 1
 
 
-def _page(cursor: str | None, offset: int, ids: str, following: str | None) -> FetchedPage:
-    return FetchedPage(cursor, offset, tuple(ids), following)
+def _page(
+    cursor: str | None, offset: int, ids: str, following: str | None, complete: bool = True
+) -> FetchedPage:
+    return FetchedPage(cursor, offset, tuple(ids), following, complete)
 
 
-def test_resume_at_the_first_result_not_emitted() -> None:
+def _read(start: ListState, *pages: FetchedPage, **options: object) -> ReadPass:
+    sweep = options.pop("sweep", start.sweep)
+    assert isinstance(sweep, Pass)
+    return ReadPass(start, pages, sweep, **options)  # type: ignore[arg-type]
+
+
+def test_resume_rereads_the_page_of_the_first_result_not_emitted() -> None:
     start = ListState(limit=3)
-    pages = [_page(None, 0, "abc", "p2"), _page("p2", 3, "def", "p3")]
-    state = resume_state(start, pages, {"a", "b", "c", "d", "f"}, 5)
-    assert state == ListState("p2", 1, 3, 3, False, 5, frozenset({"f"}))
+    read = _read(start, _page(None, 0, "abc", "p2"), _page("p2", 3, "def", "p3"))
+    # Identity, not position: whatever moves on page p2, e stays a candidate there.
+    assert resume_state(read, set("abcdf"), 5) == ListState("p2", 3, 3, False, 5)
 
 
-def test_resume_after_everything_fetched_was_emitted() -> None:
+def test_resume_rereads_a_page_that_failed_in_part() -> None:
     start = ListState(limit=3)
-    pages = [_page(None, 0, "abc", "p2")]
-    assert resume_state(start, pages, set("abc"), 3) == ListState("p2", 0, 3, 3, False, 3)
-    pages = [_page(None, 0, "abc", None)]
-    assert resume_state(start, pages, set("abc"), 3).exhausted
+    read = _read(start, _page(None, 0, "abc", "p2", complete=False), _page("p2", 3, "def", None))
+    assert resume_state(read, set("abcdef"), 6) == ListState(None, 0, 3, False, 6)
 
 
-def test_resume_keeps_the_start_skip_and_seen() -> None:
-    start = ListState("p2", 2, 3, 3, False, 2, frozenset({"f"}))
-    pages = [_page("p2", 3, "def", "p3")]
-    # d, e skipped by count; f seen before; nothing emitted in this call.
-    assert resume_state(start, pages, set(), 2) == ListState("p3", 0, 6, 3, False, 2)
-    assert resume_state(start, [], set(), 4) == ListState("p2", 2, 3, 3, False, 4,
-                                                          frozenset({"f"}))
+def test_a_list_read_from_its_first_page_to_its_end_in_one_call_is_exhausted() -> None:
+    read = _read(ListState(limit=3), _page(None, 0, "abc", "p2"), _page("p2", 3, "de", None))
+    assert resume_state(read, set("abcde"), 5) == ListState(None, 5, 3, True, 5)
+    read = _read(ListState(limit=3), _page(None, 0, "abc", "p2"))
+    assert resume_state(read, set("abc"), 3) == ListState("p2", 3, 3, False, 3)
+
+
+def test_an_end_reached_from_a_later_page_asks_for_a_sweep() -> None:
+    start = ListState("p2", 3, 3, emitted=3)
+    read = _read(start, _page("p2", 3, "de", None))
+    assert resume_state(read, set("abcde"), 5) == ListState(None, 0, 3, False, 5, Pass.SWEEP)
+
+
+def test_a_sweep_ends_the_list_only_when_it_reaches_the_end_with_everything_emitted() -> None:
+    sweep = ListState(limit=3, sweep=Pass.SWEEP)
+    whole = _read(sweep, _page(None, 0, "abc", "p2"), _page("p2", 3, "de", None))
+    assert resume_state(whole, set("abcde"), 5).exhausted
+    late = resume_state(whole, set("abce"), 4)  # d moved ahead and was found by the sweep
+    assert late == ListState(None, 0, 3, False, 4, Pass.SWEEP)
+    short = _read(sweep, _page(None, 0, "abc", "p2"))  # not read to its end: sweep again
+    assert resume_state(short, set("abc"), 3) == ListState(None, 0, 3, False, 3, Pass.SWEEP)
+
+
+def test_a_sweep_cut_by_the_budget_goes_on_where_it_stopped_and_its_end_is_final() -> None:
+    sweep = ListState(limit=3, sweep=Pass.SWEEP)
+    cut = _read(sweep, _page(None, 0, "abc", "p2"), cut=True)
+    state = resume_state(cut, set("abc"), 3)
+    assert state == ListState("p2", 3, 3, False, 3, Pass.LONG_SWEEP)
+    end = _read(state, _page("p2", 3, "de", None))
+    assert resume_state(end, set("abcde"), 5).exhausted
+
+
+def test_a_final_failure_ends_the_list_and_an_unread_list_keeps_its_place() -> None:
+    start = ListState("p2", 3, 3, emitted=2)
+    assert resume_state(_read(start, ended=True), set(), 2).exhausted
+    assert resume_state(_read(start), set(), 4) == ListState("p2", 3, 3, False, 4)
 
 
 def _doc(doc_id: str, when: datetime | None = None, dedupe_key: str = "") -> NativeDocument:
@@ -135,11 +197,13 @@ def _doc(doc_id: str, when: datetime | None = None, dedupe_key: str = "") -> Nat
 def _run(start: ListState, time_range: TimeRange | None = None) -> ListRun:
     account = Account("a1", "t", ProviderId.SLACK, "A", "https://slack.example")
     query = NativeQuery(ProviderId.SLACK, "x", time_range=time_range or TimeRange())
-    return ListRun(Slot(0, 0, query, account, None), start, REGISTRY[ProviderId.SLACK])
+    return ListRun(Slot(0, 0, query, account, None), start, REGISTRY[ProviderId.SLACK], now=0.0)
 
 
 def test_list_run_ranks_absolutely_and_votes_once_per_result() -> None:
-    run = _run(ListState(None, 1, 10, 3))
+    account = "a1"
+    seen = (short_id(result_id(fusion_key(ProviderId.SLACK, account, _doc("a")))),)
+    run = _run(ListState(None, 10, 3, seen=seen))
     votes = run.accept(ProviderPage((_doc("a"), _doc("b"), _doc("b"), _doc("c")), "n2"))
     assert [(v.doc.id, v.rank) for v in votes] == [("b", 12), ("c", 14)]  # a was emitted before
     assert run.fetched == 14
@@ -162,20 +226,56 @@ def test_list_run_rechecks_the_time_range() -> None:
     assert "without a date" in run.message
 
 
-def test_list_run_stops_on_a_repeated_cursor_and_reports_skipped_legs() -> None:
-    run = _run(ListState("same"))
-    run.accept(ProviderPage((_doc("a"),), "same", skipped_legs={"code": "the query uses OR"}))
+def test_list_run_stops_on_a_repeated_cursor_and_reports_skipped_legs_once() -> None:
+    run = _run(ListState())
+    run.accept(ProviderPage((_doc("a"),), None, skipped_legs={"code": "the query uses OR"}))
     assert run.exhausted
     assert run.message == "skipped code: the query uses OR."
+    again = _run(ListState())
+    again.accept(ProviderPage((), None, message="the query uses OR",
+                              skipped_legs={"code": "the query uses OR"}))
+    assert again.message == "the query uses OR."  # said once, not twice
 
 
-def test_fusion_key_uses_dedupe_key_across_accounts_only() -> None:
+def test_list_run_reaching_the_end_from_a_later_page_sweeps_at_once() -> None:
+    run = _run(ListState("p2", 20, 20))
+    run.accept(ProviderPage((_doc("x"),), None))
+    assert run.sweeping
+    assert run.fetchable
+    assert run.provider_query().cursor is None
+    assert run.fetched == 0
+
+
+def test_a_rate_limited_list_waits_out_the_provider_back_off() -> None:
+    run = _run(ListState("p2", 20, 20))
+    run.fail(ProviderError(QueryState.RATE_LIMITED, "slow down", retry_after=30), now=1000.0)
+    state = run.resume(set())
+    assert state.wait_until == 1030
+    assert state.cursor == "p2"
+    assert not state.exhausted
+    account = Account("a1", "t", ProviderId.SLACK, "A", "https://slack.example")
+    query = NativeQuery(ProviderId.SLACK, "x")
+    later = ListRun(Slot(0, 0, query, account, None), state, REGISTRY[ProviderId.SLACK],
+                    now=1010.0)
+    assert not later.fetchable
+    assert later.state is QueryState.RATE_LIMITED
+    assert later.retry_after == 20
+    assert later.resume(set()).wait_until == 1030
+
+
+def test_fusion_key_is_one_per_item_across_accounts() -> None:
     shared = _doc("e1", dedupe_key="ical:1")
     assert fusion_key(ProviderId.GOOGLE_CALENDAR, "a1", shared) == fusion_key(
         ProviderId.GOOGLE_CALENDAR, "a2", shared
     )
-    plain = _doc("i1")
-    assert fusion_key(ProviderId.GITHUB, "a1", plain) != fusion_key(ProviderId.GITHUB, "a2", plain)
+    issue = _doc("i1")
+    spelled = NativeDocument("i1", "t", "HTTPS://X:443/i1/")
+    same = fusion_key(ProviderId.GITHUB, "a2", spelled)
+    assert fusion_key(ProviderId.GITHUB, "a1", issue) == same
+    assert fusion_key(ProviderId.GITHUB, "a1", issue) != fusion_key(ProviderId.GITLAB, "a1", issue)
+    bare = NativeDocument("m1", "t", "")
+    assert fusion_key(ProviderId.GMAIL, "a1", bare) != fusion_key(ProviderId.GMAIL, "a2", bare)
+    assert canonical_url("https://x/a#frag") == "https://x/a#frag"
 
 
 def test_preview_centres_on_a_query_word() -> None:

@@ -103,7 +103,10 @@ async def fan_out(
     """Search every site, interleave results; cursor is raw for one site, JSON per site else."""
     sites, single, note = await resolve_sites(http, query, product)
     if not sites:
-        return ProviderPage((), message=f"no {product} site is accessible with this account.")
+        return ProviderPage(
+            (), partial=True,
+            message=f"no {product} site is accessible with this account; nothing was searched.",
+        )
     tokens: dict[str, str | None]
     if single:
         tokens = {sites[0].cloud_id: query.cursor or None}

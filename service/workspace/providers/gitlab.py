@@ -232,7 +232,8 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
     if not projects:
         message = "this GitLab account is not a member of any project; nothing was searched"
         return ProviderPage(
-            (), message=join_messages([*skipped.values(), message]), skipped_legs=skipped
+            (), partial=True, message=join_messages([*skipped.values(), message]),
+            skipped_legs=skipped,
         )
     legs = _legs(projects, kinds)
     page, active = parse_page_cursor(query.cursor, len(legs))
