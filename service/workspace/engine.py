@@ -1,8 +1,8 @@
 """Workspace search as the servicers call it: list accounts, and search with streamed events.
 
 `WorkspaceEngine.search` validates the whole request before the first event (raising
-service.errors), then yields a `QueryStatus` as each (query, account) settles and one
-`FusedPage` per page (see service.workspace.pager for the order and exactness rules).
+service.errors), then yields before each `FusedPage` the `QueryStatus`es that changed
+(see service.workspace.pager for the order and exactness rules).
 """
 
 from __future__ import annotations

@@ -112,9 +112,13 @@ class Call:
     async def _account(
         self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
     ) -> None:
-        async with self._gate, asyncio.TaskGroup() as group:
-            for run in runs:
-                group.create_task(self._one(run, queue))
+        async with self._gate:
+            if len(runs) == 1:  # no task group for one query: a task and a group less
+                await self._one(runs[0], queue)
+                return
+            async with asyncio.TaskGroup() as group:
+                for run in runs:
+                    group.create_task(self._one(run, queue))
 
     async def _one(
         self, run: ListRun, queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]

@@ -79,6 +79,14 @@ def fusion_key(provider: ProviderId, account_id: str, doc: NativeDocument) -> st
     return f"{provider.value}\x1f{account_id}\x1f{doc.id}"
 
 
+@functools.lru_cache(maxsize=65_536)
+def identity(key: str) -> tuple[str, str]:
+    """(result id, short id) of a fusion key; cached: the same items come back page after
+    page and search after search, and each costs two digests."""
+    public = result_id(key)
+    return public, short_id(public)
+
+
 def result_id(key: str) -> str:
     """Stable public id of a fused result (also the tie-breaker of the fused order)."""
     return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
@@ -193,8 +201,9 @@ class ListRun:
         """Record a fetched page; returns the votes of results new to this list."""
         kept = self._in_range(page.documents)
         account = self.slot.account
-        keys = [result_id(fusion_key(account.provider, account.account_id, d)) for d in kept]
-        shorts = [short_id(key) for key in keys]
+        pairs = [identity(fusion_key(account.provider, account.account_id, d)) for d in kept]
+        keys = [key for key, _ in pairs]
+        shorts = [short for _, short in pairs]
         cursor_used = self.next_cursor
         next_cursor = page.next_cursor if page.next_cursor != cursor_used else None
         self.pages.append(

@@ -222,6 +222,8 @@ async def gather_legs(
             except ProviderError as error:
                 return error
 
+    if len(calls) == 1:  # most adapters have one leg: no tasks, no group
+        return [await run(calls[0])]
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(run(call)) for call in calls]

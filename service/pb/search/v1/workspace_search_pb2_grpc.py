@@ -62,12 +62,14 @@ class WorkspaceSearchServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SearchWorkspace(self, request, context):
-        """Runs every native query concurrently and streams a `QueryStatus` as each query
-        settles on each account, then one `FusedPage` per page, up to `max_pages`.
+        """Runs every native query concurrently and streams, before each `FusedPage` (up
+        to `max_pages`), one `QueryStatus` per query and account whose status changed
+        since the previous page (every one before the first page of a call).
 
         Deviation from AIP-158, on purpose: pages are streamed in one call, each with
-        its own `next_page_token`; a new call with that token resumes exactly where the
-        fused order left off (no result skipped or repeated).
+        its own `next_page_token`; a new call with that token resumes by identity where
+        the fused order left off: every result present at the provider from the first
+        page to the last is emitted exactly once, none twice (docs/semantics.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,12 +42,14 @@ class WorkspaceSearchServiceStub:
     first search.
     """
     SearchWorkspace: _grpc.UnaryStreamMultiCallable[_workspace_search_pb2.SearchWorkspaceRequest, _workspace_search_pb2.SearchWorkspaceResponse]
-    """Runs every native query concurrently and streams a `QueryStatus` as each query
-    settles on each account, then one `FusedPage` per page, up to `max_pages`.
+    """Runs every native query concurrently and streams, before each `FusedPage` (up
+    to `max_pages`), one `QueryStatus` per query and account whose status changed
+    since the previous page (every one before the first page of a call).
 
     Deviation from AIP-158, on purpose: pages are streamed in one call, each with
-    its own `next_page_token`; a new call with that token resumes exactly where the
-    fused order left off (no result skipped or repeated).
+    its own `next_page_token`; a new call with that token resumes by identity where
+    the fused order left off: every result present at the provider from the first
+    page to the last is emitted exactly once, none twice (docs/semantics.md).
     """
 
 @_typing.type_check_only
@@ -61,12 +63,14 @@ class WorkspaceSearchServiceAsyncStub(WorkspaceSearchServiceStub):
     first search.
     """
     SearchWorkspace: _aio.UnaryStreamMultiCallable[_workspace_search_pb2.SearchWorkspaceRequest, _workspace_search_pb2.SearchWorkspaceResponse]  # type: ignore[assignment]
-    """Runs every native query concurrently and streams a `QueryStatus` as each query
-    settles on each account, then one `FusedPage` per page, up to `max_pages`.
+    """Runs every native query concurrently and streams, before each `FusedPage` (up
+    to `max_pages`), one `QueryStatus` per query and account whose status changed
+    since the previous page (every one before the first page of a call).
 
     Deviation from AIP-158, on purpose: pages are streamed in one call, each with
-    its own `next_page_token`; a new call with that token resumes exactly where the
-    fused order left off (no result skipped or repeated).
+    its own `next_page_token`; a new call with that token resumes by identity where
+    the fused order left off: every result present at the provider from the first
+    page to the last is emitted exactly once, none twice (docs/semantics.md).
     """
 
 class WorkspaceSearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -89,12 +93,14 @@ class WorkspaceSearchServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _workspace_search_pb2.SearchWorkspaceRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_workspace_search_pb2.SearchWorkspaceResponse], _abc.AsyncIterator[_workspace_search_pb2.SearchWorkspaceResponse]]:
-        """Runs every native query concurrently and streams a `QueryStatus` as each query
-        settles on each account, then one `FusedPage` per page, up to `max_pages`.
+        """Runs every native query concurrently and streams, before each `FusedPage` (up
+        to `max_pages`), one `QueryStatus` per query and account whose status changed
+        since the previous page (every one before the first page of a call).
 
         Deviation from AIP-158, on purpose: pages are streamed in one call, each with
-        its own `next_page_token`; a new call with that token resumes exactly where the
-        fused order left off (no result skipped or repeated).
+        its own `next_page_token`; a new call with that token resumes by identity where
+        the fused order left off: every result present at the provider from the first
+        page to the last is emitted exactly once, none twice (docs/semantics.md).
         """
 
 def add_WorkspaceSearchServiceServicer_to_server(servicer: WorkspaceSearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
