@@ -59,7 +59,8 @@ class Client:
 
     async def connect(self, fakes: FakeProviders, provider: cpb.Provider = SLACK) -> str:
         """Connect an account to the fake; returns its id."""
-        token = fakes.slack.token if provider == SLACK else fakes.github.token
+        tokens = {SLACK: fakes.slack.token, cpb.PROVIDER_GMAIL: fakes.gmail.token}
+        token = tokens.get(provider, fakes.github.token)
         request = apb.ConnectAccountRequest(
             provider=provider, display_name="work", credentials=apb.Credentials(token=token)
         )

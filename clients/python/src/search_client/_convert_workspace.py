@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from search_client._convert_common import enum_member, enum_name, time_or_none, time_range
 from search_client._enums import AccountState, Provider, QueryKind, QueryState
@@ -17,11 +18,13 @@ from search_client._models_workspace import (
     QueryCard,
     QueryStatus,
 )
+from search_client._options import MAX_RATE_LIMIT_PAUSE
 from search_client.pb.search.v1 import common_pb2
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 
 __all__ = [
     "PageAssembler",
+    "RateLimitPause",
     "account_from_pb",
     "account_list_from_pb",
     "fused_page_from_pb",
@@ -190,3 +193,33 @@ class PageAssembler:
         attached = [s for s in self._pending.values() if s.page_number <= number]
         self._pending = {k: s for k, s in self._pending.items() if s.page_number > number}
         return fused_page_from_pb(message, attached)
+
+
+class RateLimitPause:
+    """How long after a SearchWorkspace call the next call should wait; one per call.
+
+    A page without results that carries a token, after a status of the same call with
+    `retry_after`, has nothing left but a provider's rate limit to wait out: the next call
+    waits for the largest remaining `retry_after`, at most MAX_RATE_LIMIT_PAUSE seconds.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # When the latest status of each (query, account) in this call lets it be read again.
+        self._ready_at: dict[tuple[int, str], float] = {}
+
+    def __call__(self, response: pb.SearchWorkspaceResponse) -> float:
+        """Seconds to wait before the next call if the call ends with `response`."""
+        now = self._clock()
+        if not response.HasField("page"):
+            status = response.query_status
+            key = (status.query_index, status.account_id)
+            if status.HasField("retry_after"):
+                self._ready_at[key] = now + status.retry_after.ToNanoseconds() / 1e9
+            else:
+                self._ready_at.pop(key, None)
+            return 0.0
+        page = response.page
+        if page.results or not page.next_page_token or not self._ready_at:
+            return 0.0
+        return min(max(max(self._ready_at.values()) - now, 0.0), MAX_RATE_LIMIT_PAUSE)

@@ -67,6 +67,7 @@ def server_stream(
     new_spec: Callable[[], CallSpec],
     policy: RetryPolicy,
     pages: int = 0,
+    new_pause: Callable[[], Callable[[Resp], float]] | None = None,
 ) -> Iterator[Resp]:
     """Stream responses; `token_of` gives the next-page token of a page-ending response.
 
@@ -75,10 +76,14 @@ def server_stream(
     one from the last token, and an UNAVAILABLE call resumes from it. Without, a call that
     delivered nothing is retried, and one cut after some of its `pages` resumes from the last
     token for the pages still owed (never a page twice; `pages` 0: no resumption).
+    `new_pause()` gives each call an observer of its responses: what it returns for the
+    call's last response is how many seconds after that response a followed call starts.
     """
     token, retry, delivered = page_token, 0, 0
     while True:
         spec = new_spec()  # a fresh deadline for every call
+        pause = new_pause() if new_pause is not None else None
+        resume_at = 0.0
         call = method(
             request_for(token, delivered), timeout=spec.timeout, metadata=spec.metadata
         )
@@ -90,6 +95,8 @@ def server_stream(
                 if next_token is not None:
                     token, retry, advanced = next_token, 0, True
                     delivered += 1
+                if pause is not None:
+                    resume_at = time.monotonic() + pause(response)
                 yield response
         except grpc.RpcError as error:
             failure = error_from_call(cast(FailedCall, error), spec.request_id)
@@ -104,6 +111,9 @@ def server_stream(
             call.cancel()
         if not (follow and token and advanced):
             return
+        wait = resume_at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
 
 
 def flatten(

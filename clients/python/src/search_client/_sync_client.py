@@ -326,14 +326,19 @@ class SearchClient:
         pages_per_call: int = 1, max_pages: int | None = None, timeout: float | None = None,
         metadata: Metadata = (),
     ) -> Iterator[FusedPage]:
-        """Fused pages across calls, each carrying its query statuses; at most `max_pages`."""
+        """Fused pages across calls, each carrying its query statuses; at most `max_pages`.
+
+        A call whose last page is empty but has a token, after a status of that call with
+        `retry_after` (a provider's rate limit is all that is left), is followed only once
+        the largest such wait is over (at most 60 s; not counted in any call's `timeout`).
+        """
         if max_pages is not None and max_pages <= 0:
             return
         assembler = cw.PageAssembler()
         count = 0
         for response in self._workspace_stream(
             queries, top_k, pages_per_call, page_token, True,
-            lambda: self._spec(timeout, None, metadata),
+            lambda: self._spec(timeout, None, metadata), cw.RateLimitPause,
         ):
             if not response.HasField("page"):
                 assembler.status(response.query_status)
@@ -347,7 +352,10 @@ class SearchClient:
         self, queries: Sequence[NativeQuery], *, top_k: int = 0, pages_per_call: int = 1,
         limit: int | None = None, timeout: float | None = None, metadata: Metadata = (),
     ) -> Iterator[FusedResult]:
-        """Fused results across pages, best first; stops after `limit` results."""
+        """Fused results across pages, best first; stops after `limit` results.
+
+        Waits out a provider's rate limit between calls as `iter_workspace_pages` does.
+        """
         pages = self.iter_workspace_pages(
             queries, top_k=top_k, pages_per_call=pages_per_call, timeout=timeout,
             metadata=metadata,
@@ -357,6 +365,7 @@ class SearchClient:
     def _workspace_stream(
         self, queries: Sequence[NativeQuery], top_k: int, max_pages: int, page_token: str,
         follow: bool, new_spec: Callable[[], CallSpec],
+        new_pause: Callable[[], Callable[[wpb.SearchWorkspaceResponse], float]] | None = None,
     ) -> Iterator[wpb.SearchWorkspaceResponse]:
         frozen = tuple(queries)
         return calls.server_stream(
@@ -367,21 +376,26 @@ class SearchClient:
             follow,
             new_spec,
             self._retry,
+            new_pause=new_pause,
         )
 
     # ---- AccountService -----------------------------------------------------------------
 
     def connect_account(
         self, provider: Provider, display_name: str, token: str, *, username: str = "",
-        base_url: str = "", timeout: float | None = None, request_id: str | None = None,
-        metadata: Metadata = (),
+        base_url: str = "", scopes: Sequence[str] = (), timeout: float | None = None,
+        request_id: str | None = None, metadata: Metadata = (),
     ) -> Account:
-        """Connect a provider account; its credentials are stored encrypted, never returned."""
+        """Connect a provider account; its credentials are stored encrypted, never returned.
+
+        `scopes`: the OAuth scopes granted to `token`, when known (Slack: which channel
+        types are searched, and `search:read.files` adds files).
+        """
         request = apb.ConnectAccountRequest(
             provider=cw.provider_name(provider),
             display_name=display_name,
             base_url=base_url,
-            credentials=apb.Credentials(token=token, username=username),
+            credentials=apb.Credentials(token=token, username=username, scopes=list(scopes)),
         )
         spec = self._spec(timeout, request_id, metadata)
         reply = calls.unary(self._open().accounts.ConnectAccount, request, spec, self._retry)
