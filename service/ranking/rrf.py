@@ -13,8 +13,9 @@ hold their final place in the fused order of the complete lists (the threshold r
 from __future__ import annotations
 
 import functools
+import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -81,18 +82,43 @@ _CLOSE = 1e-12  # float sums closer than this are compared exactly (rarely: ties
 
 
 class _Sum:
-    """A float sum of terms that compares exactly when the floats are too close to tell."""
+    """A float sum of terms that compares exactly when the floats are too close to tell.
 
-    __slots__ = ("_exact", "terms", "value")
+    The terms themselves are needed only then (near-ties), so a sum built with `lazy` keeps
+    just its float and makes its terms on demand.
+    """
+
+    __slots__ = ("_exact", "_make", "_terms", "value")
 
     def __init__(self, terms: Iterable[float]) -> None:
-        self.terms = tuple(sorted(terms))
-        self.value = total(self.terms)
+        self._terms: tuple[float, ...] | None = tuple(sorted(terms))
+        self.value = total(self._terms)
+        self._make: Callable[[], Iterable[float]] | None = None
         self._exact: Fraction | None = None
 
     @classmethod
     def of(cls, terms: Iterable[float]) -> _Sum:
         return cls(terms)
+
+    @classmethod
+    def lazy(cls, value: float, make: Callable[[], Iterable[float]]) -> _Sum:
+        """A sum whose float is `value` (within rounding of the terms' sum) and whose terms
+        `make` gives when an exact comparison needs them."""
+        made = cls.__new__(cls)
+        made._terms = None
+        made._make = make
+        made.value = value
+        made._exact = None
+        return made
+
+    @property
+    def terms(self) -> tuple[float, ...]:
+        """The terms, sorted."""
+        if self._terms is None:
+            assert self._make is not None
+            self._terms = tuple(sorted(self._make()))
+            self.value = total(self._terms)
+        return self._terms
 
     def exact(self) -> Fraction:
         """The exact rational value (computed once)."""
@@ -173,17 +199,45 @@ def best_keys(candidates: Mapping[str, Sequence[Contribution]], limit: int) -> l
     return [item.key for item in rank(candidates)[: max(0, limit)]]
 
 
-def _bound(contributions: Sequence[Contribution], open_terms: Mapping[int, float]) -> _Sum:
-    """Highest score a key can still reach: a vote at the next rank of every open list it lacks."""
+def _bound(
+    score: _Sum, contributions: Sequence[Contribution], open_terms: Mapping[int, float],
+    open_total: float,
+) -> _Sum:
+    """Highest score a key can still reach: a vote at the next rank of every open list it lacks.
+
+    The float is the key's score plus the open terms it lacks (all open terms minus those of
+    lists it has), a few operations instead of a pass over every open list; the exact terms
+    are made only for a near-tie.
+    """
     seen = {c.list_index for c in contributions}
-    missing = (score for index, score in open_terms.items() if index not in seen)
-    return _Sum.of([*(c.score for c in contributions), *missing])
+    if len(seen) == 1:  # most keys were seen in one list: no sum over the lists it has
+        (only,) = seen
+        value = score.value + open_total - open_terms.get(only, 0.0)
+    else:
+        value = score.value + open_total - math.fsum(open_terms[i] for i in seen if i in open_terms)
+
+    def make() -> list[float]:
+        missing = [term for index, term in open_terms.items() if index not in seen]
+        return [*(c.score for c in contributions), *missing]
+
+    return _Sum.lazy(value, make)
 
 
 def _beats(score: _Sum, key: str, rival_bound: _Sum, rival_key: str) -> bool:
     """True when a key scoring `score` surely precedes a rival that can reach `rival_bound`."""
     order = score.compare(rival_bound)
     return order > 0 or (order == 0 and key < rival_key)
+
+
+def _leading(items: list[tuple[_Sum, str]], count: int) -> list[tuple[_Sum, str]]:
+    """The items that can be among the `count` best: those whose float is within _CLOSE of
+    the `count`-th best float or above (the rest are surely below all of those). A key needs
+    only the best rival bound that is neither itself nor taken, and at most `count - 2` keys
+    are taken, so exact order is needed among these alone."""
+    if len(items) <= count:
+        return items
+    cutoff = heapq.nlargest(count, (item[0].value for item in items))[-1] - _CLOSE
+    return [item for item in items if item[0].value >= cutoff]
 
 
 def ready_keys(
@@ -202,7 +256,9 @@ def ready_keys(
     ordered = _ranked(candidates)
     unseen = _Sum.of(open_terms.values())
     if open_terms:
-        bounds = _order([(_bound(votes, open_terms), key) for _, key, votes in ordered])
+        raw = [(_bound(value, votes, open_terms, unseen.value), key)
+               for value, key, votes in ordered]
+        bounds = _order(_leading(raw, limit + 2))
     else:
         bounds = [(value, key) for value, key, _ in ordered]  # nothing open: bound = score
     taken: set[str] = set()
