@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from benchmarks.fanout_baseline import measure_reference
 from benchmarks.fanout_world import WORDS, Fakes, WorkspaceServer
 from benchmarks.servers import ChildServer, Timing
 from benchmarks.stats import summarize
@@ -198,7 +199,19 @@ async def _throughput(driver: Driver, queries: Sequence[wpb.NativeQuery], count:
 
 
 async def measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
-    """Rows: all 8 accounts sequentially, each provider alone, and concurrent throughput."""
+    """Rows: all 8 accounts sequentially, each provider alone, and concurrent throughput;
+    with SEARCH_BENCH_FANOUT_BASELINE, the reference commit's figures measured just before."""
+    baseline = None if inprocess else await asyncio.to_thread(measure_reference)
+    data = await _measure(searches, inprocess=inprocess)
+    if baseline is not None:
+        data["baseline"] = baseline
+        ratio = data["cpu_ms_per_search"]["server"] / max(1e-9, baseline["cpu_ms_per_search"]
+                                                          ["server"])
+        log(f"fanout: server CPU per search {ratio:.2f}x the baseline {baseline['commit'][:12]}")
+    return data
+
+
+async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
     world = _World(inprocess)
     try:
         target = await world.start()

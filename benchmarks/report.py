@@ -155,7 +155,33 @@ def render_fanout(data: Any) -> str:
     parts.append(f"Query states over the sequential searches: {data.get('states')}; "
                  f"mean fused results per call: {fmt(data.get('mean_results'))}.")
     parts.extend(_fanout_cpu(data))
+    parts.extend(_fanout_baseline(data))
     return "\n\n".join(parts)
+
+
+def _fanout_baseline(data: Any) -> list[str]:
+    """This run against the reference commit measured just before it on the same machine."""
+    base = data.get("baseline")
+    if not base:
+        return []
+    now_cpu, base_cpu = data.get("cpu_ms_per_search", {}), base.get("cpu_ms_per_search", {})
+    sequential = data["rows"][0]
+
+    def ratio(now: float | None, before: float | None) -> str:
+        return f"{now / before:.2f}x" if now is not None and before else "-"
+
+    rows = [[f"{name} CPU ms per search", fmt(base_cpu.get(name), 1), fmt(now_cpu.get(name), 1),
+             ratio(now_cpu.get(name), base_cpu.get(name))] for name in ("server", "fakes")]
+    rows.append(["client p50 ms", fmt(base.get("p50_ms"), 1),
+                 fmt(sequential["client"]["p50_ms"], 1),
+                 ratio(sequential["client"]["p50_ms"], base.get("p50_ms"))])
+    rows.append(["p50 - slowest provider ms", fmt(base.get("p50_minus_slowest_ms"), 1),
+                 fmt(sequential.get("p50_minus_slowest_ms"), 1), "-"])
+    rows.append(["server CPU / fakes CPU", ratio(base_cpu.get("server"), base_cpu.get("fakes")),
+                 ratio(now_cpu.get("server"), now_cpu.get("fakes")), "-"])
+    return [f"Against the baseline commit `{base['commit'][:12]}`, measured just before on the "
+            "same machine (SEARCH_BENCH_FANOUT_BASELINE):",
+            table(["figure", "baseline", "this run", "this / baseline"], rows)]
 
 
 def _fanout_cpu(data: Any) -> list[str]:

@@ -6,6 +6,9 @@ to the last is emitted exactly once; no result is emitted twice; results that ap
 during paging may be emitted late; results deleted before they were emitted are gone; and
 the last page carries no token only when every query is exhausted.
 
+Then a quarter as many runs page one query alone by its per-query `next_cursor`, under the
+same changes and faults, and check the same guarantee for that query's list.
+
 Each seeded run builds a Slack, GitHub (kindless: an issues and a code leg) and Drive corpus,
 pages through a four-query search with a random `top_k`, and between pages inserts, deletes,
 edits and re-scores items at random and makes single provider requests fail (429, 500, a
@@ -23,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
 from service.workspace.lists import canonical_url
 from service.workspace.model import ProviderId
 from service.workspace.plan import NativeQuery
-from tests.fakes.suite import FakeProviders
 from tests.integration.workspace_support import World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -188,6 +191,48 @@ async def _run_once(world: World, seed: int) -> None:
     assert not unknown, f"seed {seed}: emitted what never existed: {unknown}"
 
 
+CURSOR_RUNS = max(1, RUNS // 4)
+ONE_LIST = {  # provider -> the URL prefixes of its items
+    ProviderId.SLACK: ("https://acme.slack.com/",),
+    ProviderId.GITHUB: ("https://github.com/",),
+    ProviderId.GOOGLE_DRIVE: ("https://docs.google.com/",),
+}
+
+
+async def _run_cursor_once(world: World, seed: int) -> None:
+    """One query paged alone by its `next_cursor`, under the same changes and faults."""
+    rng = random.Random(10_000 + seed)
+    world.fakes.reset()
+    world.fakes.github.add_repo(REPO)
+    corpus = Corpus(world.fakes, rng)
+    for make, low, high in ((corpus.add_message, 5, 45), (corpus.add_issue, 0, 25),
+                            (corpus.add_code, 0, 25), (corpus.add_file, 0, 30)):
+        for _ in range(rng.randrange(low, high)):
+            make()
+    corpus.initial = corpus.urls()
+    provider = list(ONE_LIST)[seed % len(ONE_LIST)]
+    top_k = rng.randrange(3, 12)
+    emitted: list[str] = []
+    cursor = ""
+    for _ in range(MAX_CALLS):
+        outcome = await world.search([NativeQuery(provider, WORD, cursor=cursor)], top_k=top_k)
+        (page,) = outcome.pages
+        emitted.extend(canonical_url(r.url) for r in page.results)
+        (status,) = outcome.latest().values()
+        cursor = status.next_cursor
+        if not cursor:
+            break
+        corpus.change()
+    else:
+        pytest.fail(f"cursor seed {seed}: paging did not end within {MAX_CALLS} calls")
+    repeated = [url for url, n in Counter(emitted).items() if n > 1]
+    assert not repeated, f"cursor seed {seed}: emitted twice: {repeated[:5]}"
+    prefixes = ONE_LIST[provider]
+    present = {canonical_url(u) for u in corpus.initial - corpus.deleted if u.startswith(prefixes)}
+    missing = present - set(emitted)
+    assert not missing, f"cursor seed {seed} ({provider.value}, top_k {top_k}): lost {missing}"
+
+
 async def test_paging_by_identity_holds_under_random_changes_and_faults(
     fakes: FakeProviders, tmp_path: Path
 ) -> None:
@@ -199,5 +244,7 @@ async def test_paging_by_identity_holds_under_random_changes_and_faults(
             await world.connect(provider)
         for seed in range(RUNS):
             await _run_once(world, seed)
+        for seed in range(CURSOR_RUNS):
+            await _run_cursor_once(world, seed)
     finally:
         await store.close()
