@@ -290,7 +290,6 @@ class ListRun:
             self.retry_after = max(self.retry_after or 0.0, error.retry_after)
             if error.retryable and error.retry_after > 0:
                 self.wait_until = math.ceil(now + error.retry_after)
-                self.retry_after = max(self.retry_after, self.wait_until - now)
         if self.state is None:
             self.state = error.state
             self.messages.append(error.message)

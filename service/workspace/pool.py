@@ -87,6 +87,16 @@ def client_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
 MEMO_MAX_ENTRIES = 16  # memoised answers per account pool
 
 
+def _empty_listing(data: Any) -> bool:
+    """True for an answer that lists nothing: `[]`, or an object whose lists are all empty."""
+    if isinstance(data, list):
+        return not data
+    if isinstance(data, dict):
+        lists = [value for value in data.values() if isinstance(value, list)]
+        return bool(lists) and not any(lists)
+    return data is None
+
+
 class AccountPool:
     """What may outlive one call for one account: its connections and memoised answers."""
 
@@ -145,8 +155,11 @@ class AccountPool:
 
     def memo_put(self, key: str, value: Any) -> None:
         """Remember an answer for the memo TTL; past MEMO_MAX_ENTRIES the least recently used
-        answers (and every expired one) are forgotten."""
+        answers (and every expired one) are forgotten. An empty listing is not remembered:
+        a repository or calendar list that is empty now may fill soon."""
         now = time.monotonic()
+        if _empty_listing(value):
+            return
         self._memo[key] = (now, value)
         self._memo.move_to_end(key)
         for stale in [k for k, (at, _) in self._memo.items() if now - at > _MEMO_TTL_SECONDS]:
