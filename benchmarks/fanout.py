@@ -26,10 +26,10 @@ from benchmarks.fanout_world import WORDS, Fakes, WorkspaceServer
 from benchmarks.servers import ChildServer, Timing
 from benchmarks.stats import summarize
 from benchmarks.workbench import log
-from service.pb.search.v1 import accounts_pb2, accounts_pb2_grpc
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import workspace_search_pb2 as wpb
-from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from search_client.pb.search.v1 import accounts_pb2, accounts_pb2_grpc
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
 
 SEARCH = "/search.v1.WorkspaceSearchService/SearchWorkspace"
 LATENCY = 0.020

@@ -21,15 +21,15 @@ from typing import Any, TypeVar
 import grpc
 
 from benchmarks.servers import TimingObserver
+from service.fakes.atlassian import FakeConfluence, FakeJira
+from service.fakes.github import FakeGitHub
+from service.fakes.gitlab import FakeGitLab
+from service.fakes.gmail import FakeGmail
+from service.fakes.google_calendar import FakeCalendar
+from service.fakes.google_drive import FakeDrive
+from service.fakes.slack import FakeSlack
+from service.fakes.suite import FakeProviders
 from service.ranking import rrf
-from tests.fakes.atlassian import FakeConfluence, FakeJira
-from tests.fakes.github import FakeGitHub
-from tests.fakes.gitlab import FakeGitLab
-from tests.fakes.gmail import FakeGmail
-from tests.fakes.google_calendar import FakeCalendar
-from tests.fakes.google_drive import FakeDrive
-from tests.fakes.slack import FakeSlack
-from tests.fakes.suite import FakeProviders
 
 WORDS = ("deploy", "incident", "roadmap", "budget")
 ITEMS_PER_WORD = 12
@@ -163,10 +163,10 @@ class WorkspaceServer:
 
     async def start(self) -> None:
         """Build and start the server (provider base URLs pointed at `urls`)."""
+        from search_client.pb.search.v1 import accounts_pb2_grpc, workspace_search_pb2_grpc
         from service.api.interceptor import ServiceInterceptor
         from service.api.workspace_wiring import build_workspace_servicers, parse_base_urls
         from service.auth import Authenticator
-        from service.pb.search.v1 import accounts_pb2_grpc, workspace_search_pb2_grpc
         from service.ranking.tokens import TokenSigner
         from service.settings import Settings
         from service.store.sqlite import SqliteStore

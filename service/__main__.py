@@ -61,6 +61,14 @@ def _cmd_client(args: argparse.Namespace) -> int:
     return asyncio.run(run_client_command(args))
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    if not args.workspace:
+        return _cmd_client(args)
+    from service.workspace_demo import run_workspace_demo
+
+    return asyncio.run(run_workspace_demo())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
     parser = argparse.ArgumentParser(
@@ -100,13 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="index a bundled demo corpus into a running server and print ranked searches",
+        help="index a bundled demo corpus into a running server and print ranked searches "
+        "(--workspace: a self-contained workspace search over fake providers)",
         description="Create project 'demo' from bundled notes, index them, run FTS, VECTOR "
-        "and HYBRID searches and print the ranked results.",
+        "and HYBRID searches and print the ranked results. With --workspace: start fake "
+        "Slack, GitHub, Jira and Gmail APIs and a server of its own on loopback, connect "
+        "accounts and print a fused multi-provider search (no running server needed).",
     )
     demo.add_argument("--target", default=default_target(), help=target_help)
     demo.add_argument("--token", default=os.environ.get("SEARCH_CLIENT_TOKEN", ""))
-    demo.set_defaults(func=_cmd_client, client_command="demo")
+    demo.add_argument(
+        "--workspace", action="store_true",
+        help="workspace search over fake providers, on a server of its own (ignores --target)",
+    )
+    demo.set_defaults(func=_cmd_demo, client_command="demo")
 
     postgres = sub.add_parser(
         "postgres",

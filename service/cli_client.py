@@ -18,9 +18,9 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
-from service.pb.search.v1 import project_search_pb2 as search_pb2
-from service.pb.search.v1 import project_search_pb2_grpc as search_pb2_grpc
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as search_pb2
+from search_client.pb.search.v1 import project_search_pb2_grpc as search_pb2_grpc
 
 SUFFIXES = (".md", ".txt")
 BATCH_DOCUMENTS = 20

@@ -13,14 +13,8 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
-from service.api.interceptor import CallObserver, ServiceInterceptor
-from service.api.unimplemented import unimplemented_servicer
-from service.auth import Authenticator
-from service.embeddings.base import Embedder
-from service.keys import load_key
-from service.pb.search.v1 import (
+from search_client.pb.search.v1 import (
     accounts_pb2,
     accounts_pb2_grpc,
     index_pb2,
@@ -30,6 +24,12 @@ from service.pb.search.v1 import (
     workspace_search_pb2,
     workspace_search_pb2_grpc,
 )
+from service.api.interceptor import CallObserver, ServiceInterceptor
+from service.api.reflection import enable_reflection
+from service.api.unimplemented import unimplemented_servicer
+from service.auth import Authenticator
+from service.embeddings.base import Embedder
+from service.keys import load_key
 from service.ranking.tokens import TokenSigner
 from service.ratelimit import TenantRateLimiter
 from service.settings import Settings, SettingsError, replica_urls
@@ -247,13 +247,9 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
             servicer = unimplemented_servicer(base, descriptor)
         add(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (
-            *SERVICES,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ),
-        server,
+    # Descriptors as the protos say (json_name, comments), not the stubs' runtime copies.
+    enable_reflection(
+        server, (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
     )
     try:
         app.port = _bind(server, settings)

@@ -1,1 +1,3 @@
-"""Reliability runs (issue 8): provider faults, load, database outage; figures in results.json."""
+"""Reliability runs (issue 8): the command line and results.json; the scenarios are in
+tests/support/reliability.
+"""

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.reliability import results
-from benchmarks.reliability.faults import faults_scenario
-from benchmarks.reliability.load import load_scenario
-from benchmarks.reliability.outage import RECOVERY_LIMIT, isolated_control, outage_scenario
+from tests.support.reliability.faults import faults_scenario
+from tests.support.reliability.load import load_scenario
+from tests.support.reliability.outage import RECOVERY_LIMIT, isolated_control, outage_scenario
 
 COMMANDS = ("faults", "load", "outage", "all", "report")
 Outcome = tuple[dict[str, Any], dict[str, bool]]  # figures, acceptance

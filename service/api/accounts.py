@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from search_client.pb.search.v1 import accounts_pb2 as pb
+from search_client.pb.search.v1 import accounts_pb2_grpc as pb_grpc
 from service import context as request_context
 from service.api.convert_workspace import account_to_proto, connect_from_proto
-from service.pb.search.v1 import accounts_pb2 as pb
-from service.pb.search.v1 import accounts_pb2_grpc as pb_grpc
 from service.workspace.accounts import AccountManager
 from service.workspace.events import ListedAccount
 from service.workspace.model import ProviderId

@@ -7,8 +7,8 @@ from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from search_client.pb.search.v1 import common_pb2
 from service.errors import InvalidArgument
-from service.pb.search.v1 import common_pb2
 from service.timerange import TimeRange
 
 _MIN = datetime(1, 1, 1, tzinfo=UTC)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from google.protobuf import json_format
 
+from search_client.pb.search.v1 import common_pb2
+from search_client.pb.search.v1 import index_pb2 as pb
 from service.api.convert_common import from_datetime, to_datetime
 from service.embeddings.base import EmbeddingIdentity
 from service.errors import InvalidArgument
 from service.indexing.documents import IncomingDocument, SuppliedChunk
 from service.indexing.pipeline import DocumentResult
-from service.pb.search.v1 import common_pb2
-from service.pb.search.v1 import index_pb2 as pb
 from service.store.base import Outcome, ProjectRecord, ProjectStatus
 
 OUTCOMES = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from search_client.pb.search.v1 import project_search_pb2 as pb
 from service.api.convert_common import dict_to_struct, from_datetime, from_value, to_time_range
-from service.pb.search.v1 import project_search_pb2 as pb
 from service.projects.request import ProjectSearchRequest, RawFilters, RawMetadataFilter
 from service.projects.search import ResultPage
 from service.store.base import SCORE_VERSION, Mode, SearchHit

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import cast
 
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from service.api.convert_common import from_datetime, to_time_range
 from service.errors import InvalidArgument
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import workspace_search_pb2 as pb
 from service.workspace.accounts import ConnectRequest
 from service.workspace.events import (
     AccountListing,

@@ -10,6 +10,8 @@ from typing import Any, cast
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 
+from search_client.pb.search.v1 import index_pb2 as pb
+from search_client.pb.search.v1 import index_pb2_grpc as pb_grpc
 from service import context as request_context
 from service.api.convert_index import (
     document_from_proto,
@@ -29,8 +31,6 @@ from service.embeddings.base import EmbeddingIdentity
 from service.errors import FieldViolation, InvalidArgument, NotFound, ServiceError
 from service.indexing.documents import IncomingDocument
 from service.indexing.pipeline import DocumentResult, Indexer
-from service.pb.search.v1 import index_pb2 as pb
-from service.pb.search.v1 import index_pb2_grpc as pb_grpc
 from service.ranking.tokens import TokenSigner, fingerprint
 from service.store.base import Store, project_not_found
 

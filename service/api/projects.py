@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from search_client.pb.search.v1 import project_search_pb2 as pb
+from search_client.pb.search.v1 import project_search_pb2_grpc as pb_grpc
 from service import context as request_context
 from service.api.convert_projects import page_to_proto, request_from_proto
-from service.pb.search.v1 import project_search_pb2 as pb
-from service.pb.search.v1 import project_search_pb2_grpc as pb_grpc
 from service.projects.search import ProjectSearch
 
 

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
+from search_client.pb.search.v1 import workspace_search_pb2 as pb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service import context as request_context
 from service.api.convert_workspace import (
     event_to_proto,
@@ -13,8 +15,6 @@ from service.api.convert_workspace import (
     provider_from_proto,
     search_request_from_proto,
 )
-from service.pb.search.v1 import workspace_search_pb2 as pb
-from service.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service.workspace.engine import WorkspaceEngine
 from service.workspace.events import QueryStatus
 

@@ -26,7 +26,7 @@ from search_client import (
     SearchClient,
 )
 from service.api.interceptor import CallObserver
-from tests.fakes.suite import FakeProviders
+from service.fakes.suite import FakeProviders
 from tests.support.server import running_server
 
 ISSUES = 5

@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
-from service.pb.search.v1 import project_search_pb2 as ps
-from service.pb.search.v1 import project_search_pb2_grpc as ps_grpc
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as ps
+from search_client.pb.search.v1 import project_search_pb2_grpc as ps_grpc
 from tests.support.server import channel_to, running_server
 
 COSTLY = " OR ".join(["k*"] * 333)  # 1,998 characters, within the text limit

@@ -7,7 +7,8 @@
   fresh server (its ```python blocks run on the server of the block before). A line
   `# expect: CODE` makes the next command expect that status code. Placeholders:
   `NEXT_PAGE_TOKEN` (the last token received), `ACCOUNT_ID` (the last account connected);
-  the documented GitHub Enterprise URL and token point at the fake GitHub.
+  the server's GitHub origin is the fake GitHub (SEARCH_PROVIDER_BASE_URLS, as
+  docs/contract.md says), and the documented token is the fake's.
 - The README's configuration table equals `service.settings.describe()`; run this module
   (`python -m tests.integration.test_docs_examples`) to rewrite it.
 - The README's error table lists exactly the reasons the service code raises.
@@ -31,8 +32,8 @@ from google.protobuf import json_format, message_factory
 
 from service import cli_client, errors
 from service.__main__ import build_parser
+from service.fakes.suite import FakeProviders
 from service.settings import describe
-from tests.fakes.suite import FakeProviders
 from tests.support.reflection_client import ReflectionClient
 from tests.support.server import running_server
 
@@ -40,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 DOC_ADDRESS = "127.0.0.1:50051"
-GHE_URL = "https://github.example.com/api/v3"
 GHE_TOKEN = "ghp_example"
 TABLE_BEGIN, TABLE_END = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -189,7 +189,6 @@ class Runner:
         assert code == step.expect, f"{step.source}: expected {step.expect}, got {code}"
 
     def substitute(self, text: str) -> str:
-        text = text.replace(GHE_URL, self.fakes.github.base_url)
         text = text.replace(GHE_TOKEN, self.fakes.github.token)
         text = text.replace("NEXT_PAGE_TOKEN", self.last_token)
         return text.replace("ACCOUNT_ID", self.account_id)
@@ -268,7 +267,10 @@ async def test_documented_examples_run(
     group: Group, tmp_path: Path, fakes: FakeProviders, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _seed_fake_github(fakes)
-    env = {"SEARCH_ALLOW_PRIVATE_BASE_URLS": "true", "SEARCH_ALLOW_INSECURE_PROVIDER_HTTP": "true"}
+    env = {
+        "SEARCH_PROVIDER_BASE_URLS": f"github={fakes.github.base_url}",
+        "SEARCH_ALLOW_INSECURE_PROVIDER_HTTP": "true",
+    }
     async with running_server(tmp_path, env=env) as app:
         address = f"127.0.0.1:{app.port}"
         client = ReflectionClient(address)

@@ -14,7 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.pb.search.v1 import project_search_pb2, project_search_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2, project_search_pb2_grpc
 from tests.support.reflection_client import ReflectionClient
 from tests.support.server import channel_to, running_server
 from tests.support.status import decode

@@ -29,21 +29,21 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.reliability.load import seed_corpus
-from benchmarks.reliability.world import connect_all, seed, server_env
-from service.pb.search.v1 import (
+from search_client.pb.search.v1 import (
     accounts_pb2,
     accounts_pb2_grpc,
     index_pb2,
     index_pb2_grpc,
 )
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import project_search_pb2 as ppb
-from service.pb.search.v1 import project_search_pb2_grpc as pgrpc
-from service.pb.search.v1 import workspace_search_pb2 as wpb
-from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import project_search_pb2 as ppb
+from search_client.pb.search.v1 import project_search_pb2_grpc as pgrpc
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from service.fakes.suite import FakeProviders
 from service.server import SERVICES
-from tests.fakes.suite import FakeProviders
+from tests.support.reliability.load import seed_corpus
+from tests.support.reliability.world import connect_all, seed, server_env
 from tests.support.server import running_server
 from tests.support.status import decode
 

@@ -24,10 +24,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import index_pb2
-from service.pb.search.v1 import project_search_pb2 as ppb
-from service.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import index_pb2
+from search_client.pb.search.v1 import project_search_pb2 as ppb
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
 from tests.integration.test_fuzz_requests import (
     ALICE,
     EXAMPLES,

@@ -15,8 +15,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from service.fakes.suite import FakeProviders
 from service.workspace.http import AccountSession, HttpClient
 from service.workspace.model import (
     Credentials,
@@ -30,7 +31,6 @@ from service.workspace.model import (
 from service.workspace.plan import NativeQuery
 from service.workspace.providers import _multipart as multipart
 from service.workspace.providers import gmail
-from tests.fakes.suite import FakeProviders
 from tests.integration.test_workspace_grpc import serving
 from tests.integration.workspace_support import World
 

@@ -12,12 +12,12 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
 from service.api.interceptor import ServiceInterceptor
 from service.api.unimplemented import unimplemented_servicer
 from service.auth import Authenticator
 from service.embeddings.base import CountingEmbedder, EmbeddingIdentity
 from service.embeddings.deterministic import DeterministicEmbedder
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
 from tests.support.server import channel_to, running_server
 from tests.support.status import decode
 
@@ -240,8 +240,8 @@ async def test_metadata_nests_16_deep_and_every_result_decodes(
     tmp_path: Path, lists: bool
 ) -> None:
     """Deeper metadata was stored, then no client could decode a search returning it."""
-    from service.pb.search.v1 import project_search_pb2 as ps
-    from service.pb.search.v1 import project_search_pb2_grpc as ps_grpc
+    from search_client.pb.search.v1 import project_search_pb2 as ps
+    from search_client.pb.search.v1 import project_search_pb2_grpc as ps_grpc
 
     def doc(row_id: str, levels: int) -> index_pb2.Document:
         meta = struct_pb2.Struct()

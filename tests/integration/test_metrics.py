@@ -12,18 +12,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from benchmarks.reliability.world import server_env
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import accounts_pb2_grpc as agrpc
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as spb
+from search_client.pb.search.v1 import project_search_pb2_grpc as sgrpc
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
 from service.embeddings.deterministic import DeterministicEmbedder
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import accounts_pb2_grpc as agrpc
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
-from service.pb.search.v1 import project_search_pb2 as spb
-from service.pb.search.v1 import project_search_pb2_grpc as sgrpc
-from service.pb.search.v1 import workspace_search_pb2 as wpb
-from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
-from tests.fakes.suite import FakeProviders
+from service.fakes.suite import FakeProviders
 from tests.support.pg import fresh_database
+from tests.support.reliability.world import server_env
 from tests.support.server import channel_to, running_server
 
 METRICS = {"SEARCH_METRICS_PORT": "0", "SEARCH_METRICS_BACKLOG_INTERVAL": "0.05"}

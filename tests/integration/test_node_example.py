@@ -1,4 +1,4 @@
-"""clients/node/example.js runs one project search and one workspace search on a real server."""
+"""clients/node/example.js writes, reads back, decodes a rich error and searches a real server."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from search_client import Document, Provider, SearchClient
-from tests.fakes.suite import FakeProviders
+from service.fakes.suite import FakeProviders
 from tests.support.serve_process import ROOT, clean_env, served
 
 NODE_DIR = ROOT / "clients" / "node"
-NEEDED = ("@grpc/grpc-js", "@grpc/proto-loader")
+NEEDED = ("@grpc/grpc-js", "@grpc/proto-loader", "google-proto-files", "protobufjs")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def _seed(address: str, fakes: FakeProviders) -> None:
         )
 
 
-async def test_node_example_runs_project_and_workspace_search(
+async def test_node_example_writes_reads_and_decodes_errors(
     node: str, tmp_path: Path, fakes: FakeProviders
 ) -> None:
     with served(tmp_path / "data", env=ENV) as address:
@@ -69,8 +69,30 @@ async def test_node_example_runs_project_and_workspace_search(
         out, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, (out + err).decode()
     lines = out.decode().splitlines()
-    assert 'project search: "nebula" over 1 project(s)' in lines
+    # Writes: a project, a document with a metadata Struct and two timestamps, read back.
+    assert any(line.startswith("created project ") for line in lines)
+    assert "upserted 1 document(s): incident-review.md: DOCUMENT_OUTCOME_CREATED" in lines
+    assert ('metadata round-trip: ok {"owner":{"name":"Ada","oncall":["ada@example.com",'
+            '"bob@example.com"]},"ratio":0.25,"reviewed":true,"severity":2,"supersedes":null,'
+            '"team":"platform"}') in lines
+    assert ("timestamps round-trip: ok createTime=2024-05-01T09:30:00.123456Z "
+            "updateTime=2024-06-02T17:45:10.500Z") in lines
+    # The refused call: grpc-status-details-bin decoded into ErrorInfo and BadRequest.
+    assert any(line.startswith("refused: INVALID_ARGUMENT (code 3): ") for line in lines)
+    assert "  ErrorInfo: reason=INVALID_ARGUMENT domain=search.v1 metadata={}" in lines
+    assert any(line.startswith("  BadRequest: field=external_id description=") for line in lines)
+    # Reads: the Python-written project and the Node-written one, then the workspace.
+    assert 'project search: "nebula" over 2 project(s)' in lines
     assert any("Nebulae" in line and "node-demo:stars/nebulae.md" in line for line in lines)
     assert 'workspace search: "nebula" over 1 account(s)' in lines
     assert any("QUERY_STATE_OK" in line for line in lines)
     assert any("Nebula survey pipeline" in line for line in lines)
+
+
+def test_node_wellknown_helpers(node: str) -> None:
+    """The example's Struct / Timestamp helpers pass their own node:test suite."""
+    done = subprocess.run(
+        [node, "--test", "wellknown.test.js"], cwd=NODE_DIR, capture_output=True, text=True,
+        timeout=120, env=clean_env(),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

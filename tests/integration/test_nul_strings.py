@@ -17,12 +17,12 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import accounts_pb2_grpc as apb_grpc
-from service.pb.search.v1 import index_pb2 as ipb
-from service.pb.search.v1 import index_pb2_grpc as ipb_grpc
-from service.pb.search.v1 import project_search_pb2 as ps
-from service.pb.search.v1 import project_search_pb2_grpc as ps_grpc
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import accounts_pb2_grpc as apb_grpc
+from search_client.pb.search.v1 import index_pb2 as ipb
+from search_client.pb.search.v1 import index_pb2_grpc as ipb_grpc
+from search_client.pb.search.v1 import project_search_pb2 as ps
+from search_client.pb.search.v1 import project_search_pb2_grpc as ps_grpc
 from tests.support.pg import fresh_database
 from tests.support.server import channel_to, running_server
 from tests.support.status import decode

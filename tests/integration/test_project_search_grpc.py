@@ -10,11 +10,11 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as ps
+from search_client.pb.search.v1 import project_search_pb2_grpc as ps_grpc
 from service.embeddings.base import CountingEmbedder
 from service.embeddings.deterministic import DeterministicEmbedder
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
-from service.pb.search.v1 import project_search_pb2 as ps
-from service.pb.search.v1 import project_search_pb2_grpc as ps_grpc
 from tests.support.server import channel_to, running_server
 from tests.support.status import decode
 

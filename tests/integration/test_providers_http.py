@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from service.fakes.suite import FakeProviders
 from service.workspace.http import AccountSession, HttpClient
 from service.workspace.model import (
     Account,
@@ -25,7 +26,6 @@ from service.workspace.model import (
     TimeRange,
 )
 from service.workspace.providers import REGISTRY
-from tests.fakes.suite import FakeProviders
 
 GH = ProviderId.GITHUB
 

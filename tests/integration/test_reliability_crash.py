@@ -25,12 +25,12 @@ import pytest
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks.reliability.process import ServerProcess, start_server
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as ppb
+from search_client.pb.search.v1 import project_search_pb2_grpc as pgrpc
 from service.indexing.chunking import chunk_markdown, document_source_text
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
-from service.pb.search.v1 import project_search_pb2 as ppb
-from service.pb.search.v1 import project_search_pb2_grpc as pgrpc
 from tests.support.pg import fresh_database
+from tests.support.reliability.process import ServerProcess, start_server
 
 DOCUMENTS = 200
 PER_MESSAGE = 25

@@ -2,7 +2,7 @@
 
 Every search sends four queries to each of the eight fake providers; about three in four are
 faulted (timeouts, 5xx, 429 with Retry-After, GitHub-style quota 403s, malformed, truncated and
-wrong-shape bodies, connection resets, slow drips). `benchmarks.reliability.faults` plants each
+wrong-shape bodies, connection resets, slow drips). `tests.support.reliability.faults` plants each
 fault for one query only and checks every status and the fused page.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks.reliability.faults import FAULT_KINDS, run_faults
-from benchmarks.reliability.world import connect_all, seed, server_env
-from service.pb.search.v1 import accounts_pb2_grpc, workspace_search_pb2_grpc
-from tests.fakes.suite import FakeProviders
+from search_client.pb.search.v1 import accounts_pb2_grpc, workspace_search_pb2_grpc
+from service.fakes.suite import FakeProviders
+from tests.support.reliability.faults import FAULT_KINDS, run_faults
+from tests.support.reliability.world import connect_all, seed, server_env
 from tests.support.server import channel_to, running_server
 
 REQUEST_TIMEOUT = 2.0  # seconds per provider request; healthy answers take milliseconds

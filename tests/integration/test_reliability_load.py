@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.reliability.load import load_scenario
-from benchmarks.reliability.world import seed
-from tests.fakes.suite import FakeProviders
+from service.fakes.suite import FakeProviders
+from tests.support.reliability.load import load_scenario
+from tests.support.reliability.world import seed
 
 SMOKE_GROWTH_LIMIT = 0.25  # 3 s include warm-up; the 60 s run holds 10 %
 

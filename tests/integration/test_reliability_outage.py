@@ -19,11 +19,11 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from benchmarks.reliability.load import seed_corpus
-from benchmarks.reliability.outage import RECOVERY_LIMIT, isolated_control, outage_scenario
-from service.pb.search.v1 import project_search_pb2 as ppb
-from service.pb.search.v1 import project_search_pb2_grpc as pgrpc
+from search_client.pb.search.v1 import project_search_pb2 as ppb
+from search_client.pb.search.v1 import project_search_pb2_grpc as pgrpc
 from tests.support.pg import PgServer, fresh_database, start_server
+from tests.support.reliability.load import seed_corpus
+from tests.support.reliability.outage import RECOVERY_LIMIT, isolated_control, outage_scenario
 from tests.support.server import running_server
 
 pytestmark = pytest.mark.postgres

@@ -24,7 +24,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from benchmarks.reliability.process import ServerProcess
 from search_client import AsyncSearchClient, RetryPolicy, SearchMode
 from tests.support import pg
 from tests.support.pg_standby import (
@@ -35,6 +34,7 @@ from tests.support.pg_standby import (
     wait_for_database,
     wait_for_replay,
 )
+from tests.support.reliability.process import ServerProcess
 from tests.support.scaleout import (
     KEY,
     Key,

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.reliability.outage import isolated_control
 from search_client import AsyncSearchClient, InvalidArgumentError, RetryPolicy
 from service.server import App
 from service.store.postgres.replicas import ReplicaRouter, parse_lsn
@@ -30,6 +29,7 @@ from tests.support.pg_standby import (
     until,
     wait_for_database,
 )
+from tests.support.reliability.outage import isolated_control
 from tests.support.scaleout import upsert_with_lsn
 from tests.support.server import channel_to, running_server
 

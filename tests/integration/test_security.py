@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
 from service.server import build_app
 from service.settings import Settings, SettingsError
 from tests.support.certs import make_certs

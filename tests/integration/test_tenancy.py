@@ -20,18 +20,18 @@ from typing import Any
 import grpc
 import pytest
 
-from benchmarks.reliability.world import server_env
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import accounts_pb2_grpc as agrpc
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import index_pb2 as ipb
-from service.pb.search.v1 import index_pb2_grpc as igrpc
-from service.pb.search.v1 import project_search_pb2 as ppb
-from service.pb.search.v1 import project_search_pb2_grpc as pgrpc
-from service.pb.search.v1 import workspace_search_pb2 as wpb
-from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import accounts_pb2_grpc as agrpc
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import index_pb2 as ipb
+from search_client.pb.search.v1 import index_pb2_grpc as igrpc
+from search_client.pb.search.v1 import project_search_pb2 as ppb
+from search_client.pb.search.v1 import project_search_pb2_grpc as pgrpc
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from service.fakes.suite import FakeProviders
 from service.server import SERVICES
-from tests.fakes.suite import FakeProviders
+from tests.support.reliability.world import server_env
 from tests.support.server import running_server
 from tests.support.status import Decoded, decode
 

@@ -16,19 +16,19 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from benchmarks.reliability.world import server_env
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import accounts_pb2_grpc as agrpc
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import index_pb2 as ipb
+from search_client.pb.search.v1 import index_pb2_grpc as igrpc
+from search_client.pb.search.v1 import project_search_pb2 as ppb
+from search_client.pb.search.v1 import project_search_pb2_grpc as pgrpc
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
 from service import tracing
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import accounts_pb2_grpc as agrpc
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import index_pb2 as ipb
-from service.pb.search.v1 import index_pb2_grpc as igrpc
-from service.pb.search.v1 import project_search_pb2 as ppb
-from service.pb.search.v1 import project_search_pb2_grpc as pgrpc
-from service.pb.search.v1 import workspace_search_pb2 as wpb
-from service.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from service.fakes.suite import FakeProviders
 from service.settings import Settings, SettingsError
-from tests.fakes.suite import FakeProviders
+from tests.support.reliability.world import server_env
 from tests.support.server import running_server
 
 BEARER = "tracing-bearer-s3cret"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from service.fakes.suite import FakeProviders
 from service.timerange import TimeRange
 from service.workspace.model import ProviderId, QueryState
 from service.workspace.plan import NativeQuery
-from tests.fakes.suite import FakeProviders
 from tests.integration.workspace_support import World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures", "tests.integration.workspace_fixtures"]

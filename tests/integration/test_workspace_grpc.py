@@ -13,19 +13,19 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import accounts_pb2_grpc as apb_grpc
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import workspace_search_pb2 as pb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service.api.interceptor import ServiceInterceptor
 from service.api.workspace_wiring import build_workspace_servicers, parse_base_urls
 from service.auth import Authenticator
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import accounts_pb2_grpc as apb_grpc
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import workspace_search_pb2 as pb
-from service.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
+from service.fakes.suite import FakeProviders
 from service.ranking.tokens import TokenSigner
 from service.settings import Settings, SettingsError
 from service.store.sqlite import SqliteStore
 from service.workspace.model import ProviderId
-from tests.fakes.suite import FakeProviders
 from tests.support.status import decode
 
 pytest_plugins = ["tests.fakes.fixtures"]

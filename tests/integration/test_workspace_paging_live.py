@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import workspace_search_pb2 as pb
-from tests.fakes.suite import FakeProviders
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import workspace_search_pb2 as pb
+from service.fakes.suite import FakeProviders
 from tests.integration.test_workspace_grpc import Client, q, serving
 
 pytest_plugins = ["tests.fakes.fixtures"]

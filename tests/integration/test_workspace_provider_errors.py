@@ -1,6 +1,6 @@
 """Provider error reasons read from the body, through a real gRPC server and channel.
 
-Each fake answers an error exactly as the live API documents it (tests/fakes/errors.py);
+Each fake answers an error exactly as the live API documents it (service/fakes/errors.py);
 the streamed QueryStatus must carry the right state, message and retry_after, quota and scope
 errors must leave the account connected (its card kept), and a provider's own parse message
 must reach the status without the account's token (issue 14 items 3, 6 and 7).
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from service.pb.search.v1 import accounts_pb2 as apb
-from service.pb.search.v1 import common_pb2 as cpb
-from service.pb.search.v1 import workspace_search_pb2 as pb
+from search_client.pb.search.v1 import accounts_pb2 as apb
+from search_client.pb.search.v1 import common_pb2 as cpb
+from search_client.pb.search.v1 import workspace_search_pb2 as pb
+from service.fakes import errors
+from service.fakes.base import FakeProvider
+from service.fakes.suite import FakeProviders
 from service.workspace.http import BUDGET_MESSAGE
 from service.workspace.model import ProviderError, ProviderId, QueryState
-from tests.fakes import errors
-from tests.fakes.base import FakeProvider
-from tests.fakes.suite import FakeProviders
 from tests.integration.test_workspace_grpc import Client, serving
 
 DRIVE = cpb.PROVIDER_GOOGLE_DRIVE

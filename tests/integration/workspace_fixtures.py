@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
+from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
-from tests.fakes.suite import FakeProviders
 from tests.integration.workspace_support import World, build_world
 
 

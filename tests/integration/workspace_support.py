@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.fakes.suite import FakeProviders
 from service.ranking.tokens import TokenSigner
 from service.store.sqlite import SqliteStore
 from service.workspace.accounts import AccountManager, ConnectRequest
@@ -14,7 +15,6 @@ from service.workspace.events import FusedPage, QueryStatus
 from service.workspace.model import Credentials, ProviderId
 from service.workspace.plan import NativeQuery, SearchRequest
 from service.workspace.providers import REGISTRY
-from tests.fakes.suite import FakeProviders
 
 TENANT = "tenant-a"
 CREDENTIALS_KEY = b"c" * 32

@@ -3,7 +3,7 @@
 `start_cluster` starts both from a helper process (`python -m tests.support.pg_standby`):
 As root, `initdb`/`pg_ctl` run as another user, so they are forked,
 not vforked, and forked from a process with live gRPC threads the child now and then dies of
-SIGSEGV before the program runs (benchmarks/reliability/outage.py). The helper has no gRPC;
+SIGSEGV before the program runs (tests/support/reliability/outage.py). The helper has no gRPC;
 closing goes through `isolated_control` for the same reason. The fixture `pg_cluster`
 (module) yields (primary, standby); import it into a test module to use it.
 
@@ -75,7 +75,7 @@ def _start_here() -> None:
 def close(server: pg.PgServer) -> None:
     """Stop and delete a server from a helper process; no-op once closed."""
     # Imported here: the helper process stays free of gRPC and of numpy's threads.
-    from benchmarks.reliability.outage import isolated_control
+    from tests.support.reliability.outage import isolated_control
 
     if server.owned:
         isolated_control(server)("close")

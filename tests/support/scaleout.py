@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 
-from benchmarks.reliability.process import ServerProcess, start_server
 from search_client import (
     AsyncSearchClient,
     Document,
@@ -27,8 +26,9 @@ from search_client import (
     SearchMode,
     UnavailableError,
 )
-from service.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
 from service.store.postgres.replicas import parse_lsn
+from tests.support.reliability.process import ServerProcess, start_server
 
 KEY = base64.b64encode(b"scale-out-shared-page-token-key!").decode()  # SEARCH_PAGE_TOKEN_KEY
 WORDS = ("replica", "shard", "primary", "standby", "partition", "lag", "token", "page")

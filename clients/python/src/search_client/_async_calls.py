@@ -1,5 +1,7 @@
 """Call loops for grpc.aio: deadlines, metadata, UNAVAILABLE retries and page resumption."""
 
+# clients/python/generate_sync.py writes _sync_calls.py from this module; edit this one.
+
 from __future__ import annotations
 
 import asyncio

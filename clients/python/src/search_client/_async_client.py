@@ -2,6 +2,8 @@
 
 # ruff: noqa: ASYNC109 - `timeout` is the gRPC deadline sent with each call, as in grpc.aio
 
+# clients/python/generate_sync.py writes _sync_client.py from this module; edit this one.
+
 from __future__ import annotations
 
 import dataclasses

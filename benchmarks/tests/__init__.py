@@ -1,0 +1,1 @@
+"""The benchmarks' own tests: tiny runs of every benchmark through the same code."""

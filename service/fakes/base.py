@@ -1,0 +1,188 @@
+"""Base of every fake provider: routing, auth, fault helpers and simple text matching."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from service.fakes.server import FakeHttpServer, Fault, Request, Response
+
+Route = Callable[[Request, "re.Match[str]"], Response]
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words of a query (quotes dropped)."""
+    return [w for w in re.split(r"[\s\"()]+", text.lower()) if w]
+
+
+def matches_all(terms: Iterable[str], *haystacks: str) -> bool:
+    """Every term appears (case-insensitive, prefix `x*` allowed) in the joined haystacks."""
+    hay = " ".join(haystacks).lower()
+    for term in terms:
+        if term.endswith("*"):
+            if not re.search(r"\b" + re.escape(term[:-1]), hay):
+                return False
+        elif term not in hay:
+            return False
+    return True
+
+
+def parse_when(value: str) -> datetime:
+    """ISO date/datetime (Z allowed) as aware UTC."""
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def offset_token(offset: int) -> str:
+    """Opaque page token encoding an offset."""
+    return base64.urlsafe_b64encode(f"offset:{offset}".encode()).decode()
+
+
+def token_offset(token: str) -> int | None:
+    """Offset of a page token; None when it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(token.encode()).decode()
+    except ValueError:
+        return None
+    return int(raw[7:]) if raw.startswith("offset:") and raw[7:].isdigit() else None
+
+
+class FakeProvider:
+    """One provider API on its own loopback port."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.token = f"tok-{self.name}-secret"
+        self.basic_user = ""  # when set, `Basic base64(user:token)` is also accepted
+        self.server = FakeHttpServer(self._dispatch)
+        self._routes: list[tuple[str, re.Pattern[str], Route]] = []
+
+    # ---- wiring ---------------------------------------------------------------------------
+    def route(self, method: str, pattern: str, handler: Route) -> None:
+        """Serve `method` on raw paths fully matching `pattern`."""
+        self._routes.append((method, re.compile(pattern), handler))
+
+    @property
+    def base_url(self) -> str:
+        """Loopback base URL of this fake."""
+        return self.server.base_url
+
+    @property
+    def requests(self) -> Counter[str]:
+        """Requests served, per decoded path."""
+        return self.server.requests
+
+    @property
+    def log(self) -> list[Request]:
+        """Every request served, in order."""
+        return self.server.log
+
+    def reset(self) -> None:
+        """Empty the corpus and forget faults and requests."""
+        self.server.reset()
+        self.basic_user = ""
+
+    def authorized(self, request: Request) -> bool:
+        """True when the request carries this fake's credential."""
+        header = request.headers.get("authorization", "")
+        if header == f"Bearer {self.token}":
+            return True
+        if self.basic_user:
+            pair = base64.b64encode(f"{self.basic_user}:{self.token}".encode()).decode()
+            return header == f"Basic {pair}"
+        return False
+
+    def unauthorized(self) -> Response:
+        """The provider's answer to a missing or wrong credential."""
+        return Response.json({"message": "Bad credentials"}, 401)
+
+    async def _dispatch(self, request: Request) -> Response:
+        for method, pattern, handler in self._routes:
+            found = pattern.fullmatch(request.raw_path)
+            if found and method == request.method:
+                if not self.authorized(request):
+                    return self.unauthorized()
+                return handler(request, found)
+        return Response.json({"message": "Not Found"}, 404)
+
+    # ---- fault knobs ----------------------------------------------------------------------
+    def fault(self, kind: str, **options: Any) -> Fault:
+        """Add a fault (see `Fault`) and return it."""
+        added = Fault(kind, **options)
+        self.server.faults.append(added)
+        return added
+
+    def slow(self, seconds: float, *, path: str = "", times: int | None = None) -> Fault:
+        """Answer after `seconds`."""
+        return self.fault("latency", delay=seconds, path=path, times=times)
+
+    def fail_status(self, status: int, *, path: str = "", times: int | None = None) -> Fault:
+        """Answer `status` with a JSON error body."""
+        return self.fault("status", status=status, path=path, times=times)
+
+    def rate_limit(
+        self, retry_after: int = 30, *, path: str = "", times: int | None = None
+    ) -> Fault:
+        """429 with Retry-After."""
+        headers = {"Retry-After": str(retry_after)}
+        return self.fault("status", status=429, headers=headers, path=path, times=times)
+
+    def exhaust_quota(
+        self, reset_in: int = 42, *, path: str = "", times: int | None = None
+    ) -> Fault:
+        """GitHub-style 403 with x-ratelimit-remaining: 0 and a reset time."""
+        headers = {
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-reset": str(int(time.time()) + reset_in),
+        }
+        body = {"message": "API rate limit exceeded"}
+        return self.fault("status", status=403, headers=headers, body=body, path=path, times=times)
+
+    def malformed(self, *, path: str = "", times: int | None = None) -> Fault:
+        """200 with broken JSON."""
+        return self.fault("malformed", path=path, times=times)
+
+    def truncate(self, *, path: str = "", times: int | None = None) -> Fault:
+        """Content-Length larger than the body sent, then close."""
+        return self.fault("truncated", path=path, times=times)
+
+    def reset_connection(self, *, path: str = "", times: int | None = None) -> Fault:
+        """Reset the connection instead of answering."""
+        return self.fault("reset", path=path, times=times)
+
+    def drip(self, interval: float, *, path: str = "", times: int | None = None) -> Fault:
+        """Send the body 16 bytes at a time, `interval` seconds apart."""
+        return self.fault("drip", delay=interval, path=path, times=times)
+
+    def fail_call(
+        self,
+        path: str,
+        call: int,
+        status: int = 500,
+        *,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+    ) -> Fault:
+        """Answer only the `call`-th request (1-based, from now) whose path contains `path`
+        with `status` (and the given headers and JSON body); every other request is served."""
+        return self.fault(
+            "status", status=status, headers=dict(headers or {}), body=body, path=path,
+            on_call=call,
+        )
+
+    def answer(self, body: Any, *, path: str = "", times: int | None = None) -> Fault:
+        """200 with this JSON body instead of the real answer (e.g. Slack ok:false)."""
+        return self.fault("body", body=body, path=path, times=times)
+
+
+def page_slice(items: list[Any], offset: int, size: int) -> tuple[list[Any], int | None]:
+    """Items of one page and the next offset (None at the end)."""
+    chunk = items[offset : offset + size]
+    following = offset + size
+    return chunk, following if following < len(items) else None
