@@ -73,9 +73,16 @@ class QueryCard:
 class Credentials:
     """Decrypted provider credentials; never logged (repr masks the secret)."""
 
-    token: str = field(repr=False)
+    token: str = field(repr=False)  # access token (or API / personal token)
     username: str = ""  # basic-auth user (Jira/Confluence e-mail) when the provider needs one
     scopes: tuple[str, ...] = ()  # granted OAuth scopes when known (Slack picks channel types)
+    refresh_token: str = field(default="", repr=False)  # OAuth 2.0 refresh token, when granted
+    expires_at: datetime | None = None  # when the access token expires (UTC); None = unknown
+
+    @property
+    def refreshable(self) -> bool:
+        """True when a refresh token lets the service renew the access token itself."""
+        return bool(self.refresh_token)
 
 
 @dataclass(frozen=True)
