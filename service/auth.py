@@ -25,6 +25,7 @@ METHOD_ROLES: Mapping[str, str] = {
     "/search.v1.IndexService/UpsertDocuments": "write",
     "/search.v1.IndexService/DeleteDocuments": "write",
     "/search.v1.AccountService/ConnectAccount": "admin",
+    "/search.v1.AccountService/UpdateAccountCredentials": "admin",
     "/search.v1.AccountService/DisconnectAccount": "admin",
 }
 

@@ -7,7 +7,7 @@ from typing import cast
 from search_client.pb.search.v1 import accounts_pb2 as apb
 from search_client.pb.search.v1 import common_pb2 as cpb
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
-from service.api.convert_common import from_datetime, to_time_range
+from service.api.convert_common import from_datetime, to_datetime, to_time_range
 from service.errors import InvalidArgument
 from service.workspace.accounts import ConnectRequest
 from service.workspace.events import (
@@ -132,6 +132,8 @@ def account_to_proto(item: ListedAccount) -> pb.Account:
         kinds=[KIND_TO_PB[k] for k in item.kinds],
         base_url=account.base_url,
         create_time=from_datetime(item.view.created_at),
+        credentials_expire_time=from_datetime(item.view.expires_at),
+        refreshable=item.view.refreshable,
     )
     if item.card is not None:
         msg.card.CopyFrom(_card(account.provider, item.card))
@@ -220,13 +222,22 @@ def event_to_proto(event: SearchEvent) -> pb.SearchWorkspaceResponse:
 
 def connect_from_proto(msg: apb.ConnectAccountRequest) -> ConnectRequest:
     """The domain connect request (credentials None when absent)."""
-    credentials = None
-    if msg.HasField("credentials"):
-        given = msg.credentials
-        credentials = Credentials(given.token, given.username, tuple(given.scopes))
+    credentials = credentials_from_proto(msg.credentials) if msg.HasField("credentials") else None
     return ConnectRequest(
         provider=provider_from_proto(msg.provider, "provider", required=True),
         display_name=msg.display_name,
         base_url=msg.base_url,
         credentials=credentials,
+    )
+
+
+def credentials_from_proto(msg: apb.Credentials) -> Credentials:
+    """Domain credentials; INVALID_ARGUMENT on `credentials.expire_time` out of range."""
+    expires_at = (
+        to_datetime(msg.expire_time, "credentials.expire_time")
+        if msg.HasField("expire_time") else None
+    )
+    return Credentials(
+        msg.token, msg.username, tuple(msg.scopes),
+        refresh_token=msg.refresh_token, expires_at=expires_at,
     )

@@ -365,3 +365,13 @@ class Store(Protocol):
     async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
         """Mark an account as needing reconnection (after a 401/403) or healthy again."""
         ...
+
+    async def replace_account_credentials(
+        self, tenant: str, account_id: str, sealed_credentials: bytes,
+        *, needs_reconnect: bool | None = None,
+    ) -> bool:
+        """Replace an account's sealed credentials in place; False when `tenant` has none.
+
+        `needs_reconnect` sets the flag too; None keeps it as it is.
+        """
+        ...

@@ -1,17 +1,15 @@
-"""Provider accounts of a tenant: connect, list, disconnect; credentials sealed with AES-GCM.
+"""Provider accounts of a tenant: connect, list, replace credentials, disconnect.
 
-Credentials are sealed with a key from settings and bound (as associated data) to the tenant,
-account id and provider, so a sealed blob copied to another row does not open. They are never
-returned, logged or put in error messages.
+Credentials are sealed with a key from settings (see `service.workspace.credentials`). They are
+never returned, logged or put in error messages; a listing says only when the access token
+expires and whether a refresh token is stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import logging
-import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -19,13 +17,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import httpx
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from service.errors import FieldViolation, InvalidArgument, NotFound
 from service.store.base import AccountRecord, Store
+from service.workspace.credentials import CredentialSealer, bound_to, check_credentials
 from service.workspace.model import Account, Credentials, ProviderId
 from service.workspace.pool import BASIC_AUTH_PROVIDERS
 from service.workspace.providers import ProviderSpec
@@ -46,54 +41,9 @@ SELF_HOSTED = frozenset(
     {ProviderId.GITHUB, ProviderId.GITLAB, ProviderId.JIRA, ProviderId.CONFLUENCE}
 )
 MAX_DISPLAY_NAME = 200
-MAX_TOKEN = 4096
-MAX_USERNAME = 320
 MAX_BASE_URL = 2048
-MAX_SCOPES = 100
-MAX_SCOPE = 200
-# An RFC 6749 scope token: printable ASCII without space, double quote or backslash.
-_SCOPE_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "\\"}
-_SEAL_VERSION = b"\x01"
-_NONCE_BYTES = 12
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
-
-
-class CredentialSealer:
-    """AES-256-GCM sealing of credentials; the associated data binds a blob to its account."""
-
-    def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
-            raise ValueError("credentials key must hold at least 16 bytes")
-        if len(key) not in (16, 24, 32):
-            key = HKDF(hashes.SHA256(), 32, None, b"search-service credentials").derive(key)
-        self._aead = AESGCM(key)
-
-    def __repr__(self) -> str:
-        return "CredentialSealer(key=***)"
-
-    def seal(self, credentials: Credentials, bound_to: bytes) -> bytes:
-        """Ciphertext of the credentials."""
-        plain = json.dumps(
-            {"t": credentials.token, "u": credentials.username, "s": list(credentials.scopes)}
-        ).encode()
-        nonce = os.urandom(_NONCE_BYTES)
-        return _SEAL_VERSION + nonce + self._aead.encrypt(nonce, plain, bound_to)
-
-    def open(self, sealed: bytes, bound_to: bytes) -> Credentials:
-        """The credentials; ValueError when the blob was not sealed for `bound_to` by this key."""
-        if sealed[:1] != _SEAL_VERSION or len(sealed) < 1 + _NONCE_BYTES + 16:
-            raise ValueError("sealed credentials have an unknown format")
-        nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
-        try:
-            data = json.loads(self._aead.decrypt(nonce, body, bound_to))
-        except (InvalidTag, ValueError):
-            raise ValueError("sealed credentials cannot be opened with this key") from None
-        return Credentials(str(data["t"]), str(data.get("u", "")), tuple(data.get("s", ())))
-
-
-def _bound_to(tenant: str, account_id: str, provider: str) -> bytes:
-    return "\x1f".join((tenant, account_id, provider)).encode()
 
 
 @dataclass(frozen=True)
@@ -108,10 +58,16 @@ class ConnectRequest:
 
 @dataclass(frozen=True)
 class AccountView:
-    """An account as listed: never its credentials."""
+    """An account as listed: never its credentials, only when they expire and if they renew.
+
+    Views in an `AccountSnapshot` leave `expires_at` and `refreshable` unset (a search does not
+    open every blob); `list_accounts`, `connect` and `replace_credentials` fill them.
+    """
 
     account: Account
     created_at: datetime
+    expires_at: datetime | None = None  # when the access token expires; None: unknown or never
+    refreshable: bool = False  # a refresh token is stored
 
 
 class AccountSnapshot:
@@ -132,7 +88,7 @@ class AccountSnapshot:
     def credentials(self, account: Account) -> Credentials:
         """Open the account's credentials; ValueError when they cannot be opened."""
         record = self._records[account.account_id]
-        bound = _bound_to(record.tenant, record.account_id, record.provider)
+        bound = bound_to(record.tenant, record.account_id, record.provider)
         return self._sealer.open(record.sealed_credentials, bound)
 
 
@@ -201,7 +157,9 @@ class AccountManager:
         return (position, account.display_name.casefold(), account.display_name,
                 account.account_id)
 
-    def _view(self, record: AccountRecord) -> AccountView | None:
+    def _view(
+        self, record: AccountRecord, credentials: Credentials | None = None
+    ) -> AccountView | None:
         try:
             provider = ProviderId(record.provider)
         except ValueError:
@@ -214,7 +172,11 @@ class AccountManager:
             base_url=record.base_url or self.default_base_url(provider),
             needs_reconnect=record.needs_reconnect,
         )
-        return AccountView(account, record.created_at)
+        if credentials is None:
+            return AccountView(account, record.created_at)
+        return AccountView(
+            account, record.created_at, credentials.expires_at, credentials.refreshable
+        )
 
     async def snapshot(self, tenant: str) -> AccountSnapshot:
         """The tenant's accounts in display order (registry order, name, id)."""
@@ -227,8 +189,12 @@ class AccountManager:
         self, tenant: str, provider: ProviderId | None = None
     ) -> list[AccountView]:
         """The tenant's accounts (of one provider when given), in display order."""
-        views = (await self.snapshot(tenant)).views
-        return [v for v in views if provider is None or v.account.provider is provider]
+        snapshot = await self.snapshot(tenant)
+        return [
+            _with_lifetime(snapshot, view)
+            for view in snapshot.views
+            if provider is None or view.account.provider is provider
+        ]
 
     async def connect(self, tenant: str, request: ConnectRequest) -> AccountView:
         """Validate, seal the credentials and store a new account."""
@@ -239,9 +205,7 @@ class AccountManager:
             base_url, problem = await self._check_base_url(request.provider, request.base_url)
             if problem:
                 violations.append(FieldViolation("base_url", problem))
-        if violations:
-            first = violations[0]
-            raise InvalidArgument(f"{first.field}: {first.description}", violations=violations)
+        _raise_invalid(violations)
         assert request.provider is not None
         assert request.credentials is not None
         account_id = "acc_" + secrets.token_urlsafe(12)
@@ -249,7 +213,7 @@ class AccountManager:
             request.credentials, scopes=tuple(dict.fromkeys(request.credentials.scopes))
         )
         sealed = self._sealer.seal(
-            credentials, _bound_to(tenant, account_id, request.provider.value)
+            credentials, bound_to(tenant, account_id, request.provider.value)
         )
         record = AccountRecord(
             account_id=account_id,
@@ -263,14 +227,58 @@ class AccountManager:
         await self._store.create_account(record)
         log.info("account connected: tenant=%s account=%s provider=%s", tenant, account_id,
                  request.provider.value)
-        view = self._view(record)
+        view = self._view(record, credentials)
         assert view is not None
         return view
+
+    async def replace_credentials(
+        self, tenant: str, account_id: str, credentials: Credentials,
+        *, clear_reconnect: bool = True,
+    ) -> AccountView:
+        """Seal and store new credentials for an account in place, keeping its id.
+
+        Raises InvalidArgument for bad credentials and NotFound when the tenant has no such
+        account. `clear_reconnect` also clears NEEDS_RECONNECT (the caller vouches for them).
+        """
+        violations = check_credentials(credentials)
+        if not account_id:
+            violations.insert(0, FieldViolation("account_id", "required"))
+        _raise_invalid(violations)
+        record = await self._record(tenant, account_id)
+        if credentials.username and record.provider in BASIC_AUTH_PROVIDERS and not record.base_url:
+            _raise_invalid([FieldViolation(
+                "credentials.username",
+                "basic auth (a username) talks to a site, and this account has no base_url: "
+                "connect a new account with base_url https://<site>.atlassian.net",
+            )])
+        credentials = replace(credentials, scopes=tuple(dict.fromkeys(credentials.scopes)))
+        sealed = self._sealer.seal(credentials, bound_to(tenant, account_id, record.provider))
+        needs = False if clear_reconnect else None
+        if not await self._store.replace_account_credentials(
+            tenant, account_id, sealed, needs_reconnect=needs
+        ):
+            raise _account_not_found()  # disconnected meanwhile
+        log.info("account credentials replaced: tenant=%s account=%s provider=%s", tenant,
+                 account_id, record.provider)
+        stored = replace(
+            record, sealed_credentials=sealed,
+            needs_reconnect=record.needs_reconnect and not clear_reconnect,
+        )
+        view = self._view(stored, credentials)
+        assert view is not None  # _record only returns accounts of known providers
+        return view
+
+    async def _record(self, tenant: str, account_id: str) -> AccountRecord:
+        """The tenant's account of a provider this build knows; NotFound otherwise."""
+        for record in await self._store.list_accounts(tenant):
+            if record.account_id == account_id and self._view(record) is not None:
+                return record
+        raise _account_not_found()
 
     async def disconnect(self, tenant: str, account_id: str) -> None:
         """Delete the account and its sealed credentials; NotFound when it is not the tenant's."""
         if not account_id or not await self._store.delete_account(tenant, account_id):
-            raise NotFound("account not found", reason="ACCOUNT_NOT_FOUND")
+            raise _account_not_found()
         log.info("account disconnected: tenant=%s account=%s", tenant, account_id)
 
     async def mark_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
@@ -286,7 +294,7 @@ class AccountManager:
             problems.append(
                 FieldViolation("display_name", f"1..{MAX_DISPLAY_NAME} printable characters")
             )
-        credential_problems = _check_credentials(request.credentials)
+        credential_problems = check_credentials(request.credentials)
         problems.extend(credential_problems)
         if request.base_url.strip() and request.provider not in SELF_HOSTED:
             problems.append(
@@ -340,28 +348,21 @@ def _basic_auth_without_site(request: ConnectRequest) -> bool:
     return bool(user) and request.provider in BASIC_AUTH_PROVIDERS and not request.base_url.strip()
 
 
-def _check_credentials(credentials: Credentials | None) -> list[FieldViolation]:
-    if credentials is None:
-        return [FieldViolation("credentials", "credentials are required")]
-    token = credentials.token
-    if not token or len(token) > MAX_TOKEN:
-        return [FieldViolation("credentials.token", f"1..{MAX_TOKEN} characters required")]
-    if not (token.isascii() and token.isprintable()) or " " in token:
-        return [FieldViolation("credentials.token", "must be printable ASCII without spaces")]
-    user = credentials.username
-    if len(user) > MAX_USERNAME or (user and not user.isprintable()) or ":" in user:
-        return [FieldViolation("credentials.username", "a printable user without ':'")]
-    return _check_scopes(credentials.scopes)
+def _raise_invalid(violations: Sequence[FieldViolation]) -> None:
+    """InvalidArgument naming the first violation, when there is any."""
+    if violations:
+        first = violations[0]
+        raise InvalidArgument(f"{first.field}: {first.description}", violations=violations)
 
 
-def _check_scopes(scopes: Sequence[str]) -> list[FieldViolation]:
-    if len(scopes) > MAX_SCOPES:
-        return [FieldViolation("credentials.scopes", f"at most {MAX_SCOPES} scopes")]
-    return [
-        FieldViolation(
-            f"credentials.scopes[{i}]",
-            f"1..{MAX_SCOPE} printable ASCII characters without spaces, quotes or backslashes",
-        )
-        for i, scope in enumerate(scopes)
-        if not 1 <= len(scope) <= MAX_SCOPE or not set(scope) <= _SCOPE_CHARS
-    ]
+def _account_not_found() -> NotFound:
+    return NotFound("account not found", reason="ACCOUNT_NOT_FOUND")
+
+
+def _with_lifetime(snapshot: AccountSnapshot, view: AccountView) -> AccountView:
+    """The view with its credentials' expiry and refreshability (unset when they do not open)."""
+    try:
+        credentials = snapshot.credentials(view.account)
+    except ValueError:
+        return view
+    return replace(view, expires_at=credentials.expires_at, refreshable=credentials.refreshable)

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,36 @@ async def test_connect_account_sends_the_granted_scopes(
             await client.connect_account(Provider.SLACK, "Slack", "t", scopes=["no spaces"])
     assert "https://acme.slack.com/files/U1/F1" in {r.url for r in page.results}
     assert [v.field for v in bad.value.field_violations] == ["credentials.scopes[0]"]
+
+
+async def test_update_account_credentials_brings_the_account_back(
+    tmp_path: Path, fakes: FakeProviders
+) -> None:
+    refresh, expires = "xoxe-1-client-refresh", datetime(2031, 1, 2, 3, 4, 5)  # naive: UTC
+    async with (
+        slack_server(tmp_path, fakes) as (target, _),
+        AsyncSearchClient(target, retry=RetryPolicy(max_attempts=1)) as client,
+    ):
+        account = await client.connect_account(Provider.SLACK, "Slack", "xoxp-revoked")
+        assert (account.credentials_expire_time, account.refreshable) == (None, False)
+        page = await anext(client.iter_workspace_pages(DEPLOY, top_k=5))
+        assert page.statuses[-1].state is QueryState.NEEDS_RECONNECT
+        updated = await client.update_account_credentials(
+            account.account_id, fakes.slack.token, refresh_token=refresh, expire_time=expires
+        )
+        assert (updated.account_id, updated.state) == (account.account_id, AccountState.CONNECTED)
+        assert updated.credentials_expire_time == expires.replace(tzinfo=UTC)
+        assert updated.refreshable
+        (listed,) = (await client.list_accounts()).accounts
+        assert listed == updated
+        page = await anext(client.iter_workspace_pages(DEPLOY, top_k=5))
+        assert page.statuses[-1].state is QueryState.OK
+        with pytest.raises(NotFoundError):
+            await client.update_account_credentials("acc_unknown", fakes.slack.token)
+
+        def blocking() -> bool:
+            with SearchClient(target, retry=RetryPolicy(max_attempts=1)) as sync:
+                again = sync.update_account_credentials(account.account_id, fakes.slack.token)
+                return again.refreshable
+
+        assert await asyncio.to_thread(blocking) is False  # replaced: no refresh token now

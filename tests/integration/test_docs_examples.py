@@ -295,6 +295,7 @@ def test_every_rpc_has_an_example() -> None:
         "search.v1.WorkspaceSearchService/ListAccounts",
         "search.v1.WorkspaceSearchService/SearchWorkspace",
         "search.v1.AccountService/ConnectAccount",
+        "search.v1.AccountService/UpdateAccountCredentials",
         "search.v1.AccountService/DisconnectAccount",
     }
     assert expected <= documented

@@ -326,6 +326,10 @@ def templates(pools: Pools) -> dict[str, list[Message]]:
             credentials=accounts_pb2.Credentials(token="tok-x", username="u"))
             for provider, url in ((cpb.PROVIDER_GITHUB, "https://127.0.0.1"),
                                   (cpb.PROVIDER_SLACK, ""), (cpb.PROVIDER_JIRA, ""))],
+        "UpdateAccountCredentials": [accounts_pb2.UpdateAccountCredentialsRequest(
+            account_id=pools.account_ids[0], credentials=accounts_pb2.Credentials(
+                token="tok-x", scopes=["search:read.public"], refresh_token="ref-x",
+                expire_time=timestamp_pb2.Timestamp(seconds=2 * 10**9)))],
         "ListAccounts": [wpb.ListAccountsRequest(provider=cpb.PROVIDER_SLACK)],
         "DeleteProject": [index_pb2.DeleteProjectRequest(project_id=mine[-1])],
         "DisconnectAccount": [accounts_pb2.DisconnectAccountRequest(

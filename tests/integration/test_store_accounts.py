@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from service import errors
@@ -42,3 +44,28 @@ async def test_accounts_round_trip(store: Store) -> None:
     assert await store.delete_account("acme", "a1") is True
     assert await store.delete_account("acme", "a1") is False
     assert [a.account_id for a in await store.list_accounts("acme")] == ["a2"]
+
+
+async def test_replacing_credentials_keeps_the_row_and_its_tenant(store: Store) -> None:
+    await store.create_account(_account("a1"))
+    await store.create_account(_account("b1", tenant="globex"))
+    await store.set_account_reconnect("acme", "a1", True)
+
+    # Without a flag the reconnect state stays as it was.
+    assert await store.replace_account_credentials("acme", "a1", b"\x01new") is True
+    assert await store.list_accounts("acme") == [
+        replace(_account("a1"), sealed_credentials=b"\x01new", needs_reconnect=True)
+    ]
+
+    assert await store.replace_account_credentials(
+        "acme", "a1", b"\x02newer", needs_reconnect=False
+    ) is True
+    [cleared] = await store.list_accounts("acme")
+    assert (cleared.sealed_credentials, cleared.needs_reconnect) == (b"\x02newer", False)
+
+    # Another tenant's account and an unknown one are not found and not touched.
+    assert await store.replace_account_credentials("acme", "b1", b"stolen") is False
+    assert await store.replace_account_credentials("acme", "nope", b"x") is False
+    assert [a.sealed_credentials for a in await store.list_accounts("globex")] == [
+        b"\x00sealed\xff"
+    ]

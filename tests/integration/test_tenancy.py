@@ -161,6 +161,11 @@ ATTACKS: list[tuple[str, str, Attack, Callable[[Decoded], None]]] = [
         wpb.SearchWorkspaceRequest(queries=[wpb.NativeQuery(
             provider=SLACK, text="deploy", cursor=b.cursor)], top_k=2)),
      _refused(grpc.StatusCode.INVALID_ARGUMENT, "PAGE_TOKEN_INVALID", "queries[0].cursor")),
+    ("UpdateAccountCredentials", "bob's account", lambda a, b:
+     a.accounts.UpdateAccountCredentials(apb.UpdateAccountCredentialsRequest(
+         account_id=b.account_id, credentials=apb.Credentials(token="tok-alice-takeover")),
+         metadata=a.meta),
+     _refused(grpc.StatusCode.NOT_FOUND, "ACCOUNT_NOT_FOUND")),
     ("DisconnectAccount", "bob's account", lambda a, b: a.accounts.DisconnectAccount(
         apb.DisconnectAccountRequest(account_id=b.account_id), metadata=a.meta),
      _refused(grpc.StatusCode.NOT_FOUND, "ACCOUNT_NOT_FOUND")),
@@ -236,13 +241,14 @@ async def test_no_rpc_reaches_another_tenants_data(
 WRONG_PROVIDER_TOKEN = "tok-wrong-provider-s3cret"
 REJECTED_TOKEN = "tok with-space-s3cret"
 WRONG_BEARER = "unknown-bearer-s3cret"
+REFRESH_TOKEN = "xoxe-1-refresh-s3cret"
 JIRA_USER = "jane@example.com"
 
 
 def _secrets(fakes: FakeProviders) -> list[str]:
     pair = f"{JIRA_USER}:{fakes.jira.token}".encode()
     return [ALICE, BOB, READER, WRONG_BEARER, fakes.slack.token, fakes.github.token,
-            fakes.jira.token, WRONG_PROVIDER_TOKEN, REJECTED_TOKEN.split()[1],
+            fakes.jira.token, WRONG_PROVIDER_TOKEN, REJECTED_TOKEN.split()[1], REFRESH_TOKEN,
             base64.b64encode(pair).decode(), hashlib.sha256(ALICE.encode()).hexdigest()]
 
 
@@ -277,6 +283,14 @@ async def _exercise(channel: grpc.aio.Channel, fakes: FakeProviders) -> list[str
             wpb.NativeQuery(provider=SLACK, text="deploy"),
             wpb.NativeQuery(provider=GITHUB, text="bug", kind=wpb.QUERY_KIND_ISSUES),
             wpb.NativeQuery(provider=JIRA, text='text ~ "deploy"')])))
+    rotating = await alice.accounts.ConnectAccount(apb.ConnectAccountRequest(
+        provider=SLACK, display_name="rotating", credentials=apb.Credentials(
+            token=fakes.slack.token, refresh_token=REFRESH_TOKEN)), metadata=alice.meta)
+    seen.append(str(rotating))
+    for refresh in (REFRESH_TOKEN + "-next", "bad " + REFRESH_TOKEN):  # replaced, then refused
+        await call(alice.accounts.UpdateAccountCredentials(apb.UpdateAccountCredentialsRequest(
+            account_id=rotating.account.account_id, credentials=apb.Credentials(
+                token=fakes.slack.token, refresh_token=refresh)), metadata=alice.meta))
     await call(alice.workspace.ListAccounts(wpb.ListAccountsRequest(), metadata=alice.meta))
     return seen
 
@@ -296,6 +310,8 @@ async def test_credentials_never_reach_logs_errors_or_replies(
                for r in fakes.jira.log)  # the basic-auth path ran
     assert any("UNAUTHENTICATED" in text for text in seen)
     assert any("credentials.token" in text for text in seen)  # the rejected token path ran
+    assert any("credentials.refresh_token" in text for text in seen)
+    assert any("refreshable: true" in text for text in seen)  # the replaced credentials listed
     logged = caplog.text + "\n".join(repr(r.__dict__) for r in caplog.records)
     assert "account connected" in logged  # the capture saw the service's own logs
     for secret in _secrets(fakes):

@@ -22,6 +22,10 @@ SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE tenant = $1 ORDER BY created_at, ac
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = $1 AND account_id = $2"
 SET_RECONNECT = """
 UPDATE accounts SET needs_reconnect = $3 WHERE tenant = $1 AND account_id = $2"""
+# COALESCE keeps the flag when none is given (NULL).
+REPLACE_CREDENTIALS = """
+UPDATE accounts SET sealed_credentials = $3, needs_reconnect = COALESCE($4, needs_reconnect)
+WHERE tenant = $1 AND account_id = $2"""
 
 
 def _record(row: Any) -> AccountRecord:
@@ -72,3 +76,11 @@ async def delete_account(conn: Conn, tenant: str, account_id: str) -> bool:
 async def set_account_reconnect(conn: Conn, tenant: str, account_id: str, needs: bool) -> None:
     """Flag (or clear) that the account's credential was rejected (no-op when absent)."""
     await conn.execute(SET_RECONNECT, tenant, account_id, needs)
+
+
+async def replace_credentials(
+    conn: Conn, tenant: str, account_id: str, sealed: bytes, needs: bool | None
+) -> bool:
+    """Store new sealed credentials (and the flag unless None); False for an unknown account."""
+    status = await conn.execute(REPLACE_CREDENTIALS, tenant, account_id, sealed, needs)
+    return status != "UPDATE 0"

@@ -287,3 +287,13 @@ class PostgresStore:
         """Mark an account as needing reconnection (after a 401/403) or healthy again."""
         async with self._db.connection() as conn:
             await accounts.set_account_reconnect(conn, tenant, account_id, needs)
+
+    async def replace_account_credentials(
+        self, tenant: str, account_id: str, sealed_credentials: bytes,
+        *, needs_reconnect: bool | None = None,
+    ) -> bool:
+        """Replace an account's sealed credentials in place; False when not found."""
+        async with self._db.connection() as conn:
+            return await accounts.replace_credentials(
+                conn, tenant, account_id, sealed_credentials, needs_reconnect
+            )

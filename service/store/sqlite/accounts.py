@@ -21,6 +21,11 @@ FROM accounts WHERE tenant = ? ORDER BY created_at, account_id
 """
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = ? AND account_id = ?"
 SET_RECONNECT = "UPDATE accounts SET needs_reconnect = ? WHERE tenant = ? AND account_id = ?"
+# COALESCE keeps the flag when none is given (NULL).
+REPLACE_CREDENTIALS = """
+UPDATE accounts SET sealed_credentials = ?, needs_reconnect = COALESCE(?, needs_reconnect)
+WHERE tenant = ? AND account_id = ?
+"""
 
 
 def create_account(conn: apsw.Connection, record: AccountRecord) -> None:
@@ -72,3 +77,13 @@ def set_reconnect(conn: apsw.Connection, tenant: str, account_id: str, needs: bo
     """Flag or clear `needs_reconnect` (no-op for an unknown account)."""
     with immediate(conn):
         conn.execute(SET_RECONNECT, (int(needs), tenant, account_id))
+
+
+def replace_credentials(
+    conn: apsw.Connection, tenant: str, account_id: str, sealed: bytes, needs: bool | None
+) -> bool:
+    """Store new sealed credentials (and the flag unless None); False for an unknown account."""
+    flag = None if needs is None else int(needs)
+    with immediate(conn):
+        conn.execute(REPLACE_CREDENTIALS, (bytes(sealed), flag, tenant, account_id))
+        return conn.changes() > 0

@@ -256,3 +256,14 @@ class SqliteStore:
     async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
         """Mark an account as needing reconnection (after a 401/403) or healthy again."""
         await self._writer.run(lambda conn: accounts.set_reconnect(conn, tenant, account_id, needs))
+
+    async def replace_account_credentials(
+        self, tenant: str, account_id: str, sealed_credentials: bytes,
+        *, needs_reconnect: bool | None = None,
+    ) -> bool:
+        """Replace an account's sealed credentials in place; False when not found."""
+        return await self._writer.run(
+            lambda conn: accounts.replace_credentials(
+                conn, tenant, account_id, sealed_credentials, needs_reconnect
+            )
+        )

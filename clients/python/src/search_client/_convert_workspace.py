@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
-from search_client._convert_common import enum_member, enum_name, time_or_none, time_range
+from search_client._convert_common import (
+    enum_member,
+    enum_name,
+    time_or_none,
+    time_range,
+    timestamp,
+)
 from search_client._enums import AccountState, Provider, QueryKind, QueryState
 from search_client._models_workspace import (
     Account,
@@ -19,6 +26,7 @@ from search_client._models_workspace import (
     QueryStatus,
 )
 from search_client._options import MAX_RATE_LIMIT_PAUSE
+from search_client.pb.search.v1 import accounts_pb2 as apb
 from search_client.pb.search.v1 import common_pb2
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 
@@ -27,6 +35,7 @@ __all__ = [
     "RateLimitPause",
     "account_from_pb",
     "account_list_from_pb",
+    "credentials",
     "fused_page_from_pb",
     "provider_name",
     "query_status_from_pb",
@@ -96,7 +105,22 @@ def account_from_pb(message: pb.Account) -> Account:
         base_url=message.base_url,
         create_time=time_or_none(message, "create_time"),
         card=_card(message.card) if message.HasField("card") else None,
+        credentials_expire_time=time_or_none(message, "credentials_expire_time"),
+        refreshable=message.refreshable,
     )
+
+
+def credentials(
+    token: str, username: str, scopes: Sequence[str], refresh_token: str,
+    expire_time: datetime | None,
+) -> apb.Credentials:
+    """A Credentials message; an unset `expire_time` stays unset."""
+    message = apb.Credentials(
+        token=token, username=username, scopes=list(scopes), refresh_token=refresh_token
+    )
+    if expire_time is not None:
+        message.expire_time.CopyFrom(timestamp(expire_time))
+    return message
 
 
 def account_list_from_pb(message: pb.ListAccountsResponse) -> AccountList:

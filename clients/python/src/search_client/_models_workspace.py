@@ -53,6 +53,8 @@ class Account:
     base_url: str
     create_time: datetime | None
     card: QueryCard | None
+    credentials_expire_time: datetime | None = None  # when the stored access token expires
+    refreshable: bool = False  # a refresh token is stored: the service renews the token itself
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -384,22 +385,43 @@ class SearchClient:
 
     def connect_account(
         self, provider: Provider, display_name: str, token: str, *, username: str = "",
-        base_url: str = "", scopes: Sequence[str] = (), timeout: float | None = None,
+        base_url: str = "", scopes: Sequence[str] = (), refresh_token: str = "",
+        expire_time: datetime | None = None, timeout: float | None = None,
         request_id: str | None = None, metadata: Metadata = (),
     ) -> Account:
         """Connect a provider account; its credentials are stored encrypted, never returned.
 
         `scopes`: the OAuth scopes granted to `token`, when known (Slack: which channel
-        types are searched, and `search:read.files` adds files).
+        types are searched, and `search:read.files` adds files). `refresh_token` and
+        `expire_time` (absolute; naive is UTC) let the service renew an expiring token.
         """
         request = apb.ConnectAccountRequest(
             provider=cw.provider_name(provider),
             display_name=display_name,
             base_url=base_url,
-            credentials=apb.Credentials(token=token, username=username, scopes=list(scopes)),
+            credentials=cw.credentials(token, username, scopes, refresh_token, expire_time),
         )
         spec = self._spec(timeout, request_id, metadata)
         reply = calls.unary(self._open().accounts.ConnectAccount, request, spec, self._retry)
+        return cw.account_from_pb(reply.account)
+
+    def update_account_credentials(
+        self, account_id: str, token: str, *, username: str = "", scopes: Sequence[str] = (),
+        refresh_token: str = "", expire_time: datetime | None = None,
+        timeout: float | None = None, request_id: str | None = None, metadata: Metadata = (),
+    ) -> Account:
+        """Replace an account's credentials in place: same id, CONNECTED again.
+
+        Every stored field is replaced (what is not passed is erased), as in `connect_account`.
+        """
+        request = apb.UpdateAccountCredentialsRequest(
+            account_id=account_id,
+            credentials=cw.credentials(token, username, scopes, refresh_token, expire_time),
+        )
+        spec = self._spec(timeout, request_id, metadata)
+        reply = calls.unary(
+            self._open().accounts.UpdateAccountCredentials, request, spec, self._retry
+        )
         return cw.account_from_pb(reply.account)
 
     def disconnect_account(

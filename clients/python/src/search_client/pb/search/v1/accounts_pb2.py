@@ -23,27 +23,32 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from search_client.pb.search.v1 import common_pb2 as search_dot_v1_dot_common__pb2
 from search_client.pb.search.v1 import workspace_search_pb2 as search_dot_v1_dot_workspace__search__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18search/v1/accounts.proto\x12\tsearch.v1\x1a\x16search/v1/common.proto\x1a search/v1/workspace_search.proto\">\n\x0b\x43redentials\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\"\x93\x01\n\x15\x43onnectAccountRequest\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12+\n\x0b\x63redentials\x18\x04 \x01(\x0b\x32\x16.search.v1.Credentials\"=\n\x16\x43onnectAccountResponse\x12#\n\x07\x61\x63\x63ount\x18\x01 \x01(\x0b\x32\x12.search.v1.Account\".\n\x18\x44isconnectAccountRequest\x12\x12\n\naccount_id\x18\x01 \x01(\t\"\x1b\n\x19\x44isconnectAccountResponse2\xc7\x01\n\x0e\x41\x63\x63ountService\x12U\n\x0e\x43onnectAccount\x12 .search.v1.ConnectAccountRequest\x1a!.search.v1.ConnectAccountResponse\x12^\n\x11\x44isconnectAccount\x12#.search.v1.DisconnectAccountRequest\x1a$.search.v1.DisconnectAccountResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18search/v1/accounts.proto\x12\tsearch.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16search/v1/common.proto\x1a search/v1/workspace_search.proto\"\x86\x01\n\x0b\x43redentials\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x15\n\rrefresh_token\x18\x04 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x93\x01\n\x15\x43onnectAccountRequest\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12+\n\x0b\x63redentials\x18\x04 \x01(\x0b\x32\x16.search.v1.Credentials\"=\n\x16\x43onnectAccountResponse\x12#\n\x07\x61\x63\x63ount\x18\x01 \x01(\x0b\x32\x12.search.v1.Account\"b\n\x1fUpdateAccountCredentialsRequest\x12\x12\n\naccount_id\x18\x01 \x01(\t\x12+\n\x0b\x63redentials\x18\x02 \x01(\x0b\x32\x16.search.v1.Credentials\"G\n UpdateAccountCredentialsResponse\x12#\n\x07\x61\x63\x63ount\x18\x01 \x01(\x0b\x32\x12.search.v1.Account\".\n\x18\x44isconnectAccountRequest\x12\x12\n\naccount_id\x18\x01 \x01(\t\"\x1b\n\x19\x44isconnectAccountResponse2\xbc\x02\n\x0e\x41\x63\x63ountService\x12U\n\x0e\x43onnectAccount\x12 .search.v1.ConnectAccountRequest\x1a!.search.v1.ConnectAccountResponse\x12s\n\x18UpdateAccountCredentials\x12*.search.v1.UpdateAccountCredentialsRequest\x1a+.search.v1.UpdateAccountCredentialsResponse\x12^\n\x11\x44isconnectAccount\x12#.search.v1.DisconnectAccountRequest\x1a$.search.v1.DisconnectAccountResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'search.v1.accounts_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREDENTIALS']._serialized_start=97
-  _globals['_CREDENTIALS']._serialized_end=159
-  _globals['_CONNECTACCOUNTREQUEST']._serialized_start=162
-  _globals['_CONNECTACCOUNTREQUEST']._serialized_end=309
-  _globals['_CONNECTACCOUNTRESPONSE']._serialized_start=311
-  _globals['_CONNECTACCOUNTRESPONSE']._serialized_end=372
-  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_start=374
-  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_end=420
-  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_start=422
-  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_end=449
-  _globals['_ACCOUNTSERVICE']._serialized_start=452
-  _globals['_ACCOUNTSERVICE']._serialized_end=651
+  _globals['_CREDENTIALS']._serialized_start=131
+  _globals['_CREDENTIALS']._serialized_end=265
+  _globals['_CONNECTACCOUNTREQUEST']._serialized_start=268
+  _globals['_CONNECTACCOUNTREQUEST']._serialized_end=415
+  _globals['_CONNECTACCOUNTRESPONSE']._serialized_start=417
+  _globals['_CONNECTACCOUNTRESPONSE']._serialized_end=478
+  _globals['_UPDATEACCOUNTCREDENTIALSREQUEST']._serialized_start=480
+  _globals['_UPDATEACCOUNTCREDENTIALSREQUEST']._serialized_end=578
+  _globals['_UPDATEACCOUNTCREDENTIALSRESPONSE']._serialized_start=580
+  _globals['_UPDATEACCOUNTCREDENTIALSRESPONSE']._serialized_end=651
+  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_start=653
+  _globals['_DISCONNECTACCOUNTREQUEST']._serialized_end=699
+  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_start=701
+  _globals['_DISCONNECTACCOUNTRESPONSE']._serialized_end=728
+  _globals['_ACCOUNTSERVICE']._serialized_start=731
+  _globals['_ACCOUNTSERVICE']._serialized_end=1047
 # @@protoc_insertion_point(module_scope)

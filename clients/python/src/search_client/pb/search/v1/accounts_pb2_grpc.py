@@ -42,6 +42,11 @@ class AccountServiceStub:
                 request_serializer=search_dot_v1_dot_accounts__pb2.ConnectAccountRequest.SerializeToString,
                 response_deserializer=search_dot_v1_dot_accounts__pb2.ConnectAccountResponse.FromString,
                 _registered_method=True)
+        self.UpdateAccountCredentials = channel.unary_unary(
+                '/search.v1.AccountService/UpdateAccountCredentials',
+                request_serializer=search_dot_v1_dot_accounts__pb2.UpdateAccountCredentialsRequest.SerializeToString,
+                response_deserializer=search_dot_v1_dot_accounts__pb2.UpdateAccountCredentialsResponse.FromString,
+                _registered_method=True)
         self.DisconnectAccount = channel.unary_unary(
                 '/search.v1.AccountService/DisconnectAccount',
                 request_serializer=search_dot_v1_dot_accounts__pb2.DisconnectAccountRequest.SerializeToString,
@@ -61,6 +66,14 @@ class AccountServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateAccountCredentials(self, request, context):
+        """Replaces an account's credentials in place: the account keeps its id, and a
+        NEEDS_RECONNECT account is CONNECTED again. Same role as ConnectAccount.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DisconnectAccount(self, request, context):
         """Disconnects an account and erases its credentials.
         """
@@ -75,6 +88,11 @@ def add_AccountServiceServicer_to_server(servicer, server):
                     servicer.ConnectAccount,
                     request_deserializer=search_dot_v1_dot_accounts__pb2.ConnectAccountRequest.FromString,
                     response_serializer=search_dot_v1_dot_accounts__pb2.ConnectAccountResponse.SerializeToString,
+            ),
+            'UpdateAccountCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAccountCredentials,
+                    request_deserializer=search_dot_v1_dot_accounts__pb2.UpdateAccountCredentialsRequest.FromString,
+                    response_serializer=search_dot_v1_dot_accounts__pb2.UpdateAccountCredentialsResponse.SerializeToString,
             ),
             'DisconnectAccount': grpc.unary_unary_rpc_method_handler(
                     servicer.DisconnectAccount,
@@ -111,6 +129,33 @@ class AccountService:
             '/search.v1.AccountService/ConnectAccount',
             search_dot_v1_dot_accounts__pb2.ConnectAccountRequest.SerializeToString,
             search_dot_v1_dot_accounts__pb2.ConnectAccountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAccountCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/search.v1.AccountService/UpdateAccountCredentials',
+            search_dot_v1_dot_accounts__pb2.UpdateAccountCredentialsRequest.SerializeToString,
+            search_dot_v1_dot_accounts__pb2.UpdateAccountCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

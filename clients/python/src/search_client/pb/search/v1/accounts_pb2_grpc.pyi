@@ -38,6 +38,10 @@ class AccountServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AccountServiceAsyncStub: ...
     ConnectAccount: _grpc.UnaryUnaryMultiCallable[_accounts_pb2.ConnectAccountRequest, _accounts_pb2.ConnectAccountResponse]
     """Connects an account (stores its encrypted credentials)."""
+    UpdateAccountCredentials: _grpc.UnaryUnaryMultiCallable[_accounts_pb2.UpdateAccountCredentialsRequest, _accounts_pb2.UpdateAccountCredentialsResponse]
+    """Replaces an account's credentials in place: the account keeps its id, and a
+    NEEDS_RECONNECT account is CONNECTED again. Same role as ConnectAccount.
+    """
     DisconnectAccount: _grpc.UnaryUnaryMultiCallable[_accounts_pb2.DisconnectAccountRequest, _accounts_pb2.DisconnectAccountResponse]
     """Disconnects an account and erases its credentials."""
 
@@ -50,6 +54,10 @@ class AccountServiceAsyncStub(AccountServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     ConnectAccount: _aio.UnaryUnaryMultiCallable[_accounts_pb2.ConnectAccountRequest, _accounts_pb2.ConnectAccountResponse]  # type: ignore[assignment]
     """Connects an account (stores its encrypted credentials)."""
+    UpdateAccountCredentials: _aio.UnaryUnaryMultiCallable[_accounts_pb2.UpdateAccountCredentialsRequest, _accounts_pb2.UpdateAccountCredentialsResponse]  # type: ignore[assignment]
+    """Replaces an account's credentials in place: the account keeps its id, and a
+    NEEDS_RECONNECT account is CONNECTED again. Same role as ConnectAccount.
+    """
     DisconnectAccount: _aio.UnaryUnaryMultiCallable[_accounts_pb2.DisconnectAccountRequest, _accounts_pb2.DisconnectAccountResponse]  # type: ignore[assignment]
     """Disconnects an account and erases its credentials."""
 
@@ -65,6 +73,16 @@ class AccountServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_accounts_pb2.ConnectAccountResponse, _abc.Awaitable[_accounts_pb2.ConnectAccountResponse]]:
         """Connects an account (stores its encrypted credentials)."""
+
+    @_abc_1.abstractmethod
+    def UpdateAccountCredentials(
+        self,
+        request: _accounts_pb2.UpdateAccountCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_accounts_pb2.UpdateAccountCredentialsResponse, _abc.Awaitable[_accounts_pb2.UpdateAccountCredentialsResponse]]:
+        """Replaces an account's credentials in place: the account keeps its id, and a
+        NEEDS_RECONNECT account is CONNECTED again. Same role as ConnectAccount.
+        """
 
     @_abc_1.abstractmethod
     def DisconnectAccount(

@@ -28,43 +28,43 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from search_client.pb.search.v1 import common_pb2 as search_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n search/v1/workspace_search.proto\x12\tsearch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16search/v1/common.proto\"q\n\tQueryCard\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x0e\n\x06syntax\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x0f\n\x07\x65xample\x18\x04 \x01(\t\x12\r\n\x05\x61void\x18\x05 \x01(\t\"S\n\x08Guidance\x12\x14\n\x0cshared_rules\x18\x01 \x01(\t\x12#\n\x05\x63\x61rds\x18\x02 \x03(\x0b\x32\x14.search.v1.QueryCard\x12\x0c\n\x04text\x18\x03 \x01(\t\"\x8e\x02\n\x07\x41\x63\x63ount\x12\x12\n\naccount_id\x18\x01 \x01(\t\x12%\n\x08provider\x18\x02 \x01(\x0e\x32\x13.search.v1.Provider\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12&\n\x05state\x18\x04 \x01(\x0e\x32\x17.search.v1.AccountState\x12#\n\x05kinds\x18\x05 \x03(\x0e\x32\x14.search.v1.QueryKind\x12\x10\n\x08\x62\x61se_url\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04\x63\x61rd\x18\x08 \x01(\x0b\x32\x14.search.v1.QueryCard\"<\n\x13ListAccountsRequest\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\"c\n\x14ListAccountsResponse\x12$\n\x08\x61\x63\x63ounts\x18\x01 \x03(\x0b\x32\x12.search.v1.Account\x12%\n\x08guidance\x18\x02 \x01(\x0b\x32\x13.search.v1.Guidance\"\xc5\x01\n\x0bNativeQuery\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x12\n\naccount_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\"\n\x04kind\x18\x04 \x01(\x0e\x32\x14.search.v1.QueryKind\x12(\n\ntime_range\x18\x05 \x01(\x0b\x32\x14.search.v1.TimeRange\x12\x0f\n\x07project\x18\x06 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x07 \x01(\t\"w\n\x16SearchWorkspaceRequest\x12\'\n\x07queries\x18\x01 \x03(\x0b\x32\x16.search.v1.NativeQuery\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x11\n\tmax_pages\x18\x04 \x01(\x05\"\xbc\x02\n\x0bQueryStatus\x12\x13\n\x0bquery_index\x18\x01 \x01(\x05\x12\x12\n\naccount_id\x18\x02 \x01(\t\x12%\n\x08provider\x18\x03 \x01(\x0e\x32\x13.search.v1.Provider\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.search.v1.QueryState\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0f\n\x07partial\x18\x06 \x01(\x08\x12.\n\x0bretry_after\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05total\x18\x08 \x01(\x03\x12\x16\n\x0etotal_is_exact\x18\t \x01(\x08\x12\x14\n\x0cresult_count\x18\n \x01(\x05\x12\x13\n\x0bnext_cursor\x18\x0b \x01(\t\x12\x13\n\x0bpage_number\x18\x0c \x01(\x05\"T\n\x0c\x43ontribution\x12\x13\n\x0bquery_index\x18\x01 \x01(\x05\x12\x12\n\naccount_id\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05score\x18\x04 \x01(\x01\"\xdf\x02\n\x0b\x46usedResult\x12\x11\n\tresult_id\x18\x01 \x01(\t\x12%\n\x08provider\x18\x02 \x01(\x0e\x32\x13.search.v1.Provider\x12\x12\n\naccount_id\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x0b\n\x03url\x18\x06 \x01(\t\x12\x0f\n\x07snippet\x18\x07 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x08 \x01(\t\x12\x11\n\tcontainer\x18\t \x01(\t\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10\x65vent_start_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05score\x18\x0c \x01(\x01\x12.\n\rcontributions\x18\r \x03(\x0b\x32\x17.search.v1.Contribution\"\xb0\x01\n\tFusedPage\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.search.v1.FusedResult\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0bpage_number\x18\x03 \x01(\x05\x12#\n\x05\x63\x61rds\x18\x04 \x03(\x0b\x32\x14.search.v1.QueryCard\x12\x18\n\x10ranking_is_exact\x18\x05 \x01(\x08\x12\r\n\x05rrf_k\x18\x06 \x01(\x05\"z\n\x17SearchWorkspaceResponse\x12.\n\x0cquery_status\x18\x01 \x01(\x0b\x32\x16.search.v1.QueryStatusH\x00\x12$\n\x04page\x18\x02 \x01(\x0b\x32\x14.search.v1.FusedPageH\x00\x42\t\n\x07message*\xbc\x01\n\tQueryKind\x12\x1a\n\x16QUERY_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11QUERY_KIND_ISSUES\x10\x01\x12\x13\n\x0fQUERY_KIND_CODE\x10\x02\x12\x16\n\x12QUERY_KIND_COMMITS\x10\x03\x12\x1b\n\x17QUERY_KIND_REPOSITORIES\x10\x04\x12\x1d\n\x19QUERY_KIND_MERGE_REQUESTS\x10\x05\x12\x13\n\x0fQUERY_KIND_WIKI\x10\x06*m\n\x0c\x41\x63\x63ountState\x12\x1d\n\x19\x41\x43\x43OUNT_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41\x43\x43OUNT_STATE_CONNECTED\x10\x01\x12!\n\x1d\x41\x43\x43OUNT_STATE_NEEDS_RECONNECT\x10\x02*\xc8\x01\n\nQueryState\x12\x1b\n\x17QUERY_STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eQUERY_STATE_OK\x10\x01\x12\x17\n\x13QUERY_STATE_SKIPPED\x10\x02\x12\x1f\n\x1bQUERY_STATE_NEEDS_RECONNECT\x10\x03\x12\x1c\n\x18QUERY_STATE_RATE_LIMITED\x10\x04\x12\x19\n\x15QUERY_STATE_TIMED_OUT\x10\x05\x12\x16\n\x12QUERY_STATE_FAILED\x10\x06\x32\xc5\x01\n\x16WorkspaceSearchService\x12O\n\x0cListAccounts\x12\x1e.search.v1.ListAccountsRequest\x1a\x1f.search.v1.ListAccountsResponse\x12Z\n\x0fSearchWorkspace\x12!.search.v1.SearchWorkspaceRequest\x1a\".search.v1.SearchWorkspaceResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n search/v1/workspace_search.proto\x12\tsearch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16search/v1/common.proto\"q\n\tQueryCard\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x0e\n\x06syntax\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x0f\n\x07\x65xample\x18\x04 \x01(\t\x12\r\n\x05\x61void\x18\x05 \x01(\t\"S\n\x08Guidance\x12\x14\n\x0cshared_rules\x18\x01 \x01(\t\x12#\n\x05\x63\x61rds\x18\x02 \x03(\x0b\x32\x14.search.v1.QueryCard\x12\x0c\n\x04text\x18\x03 \x01(\t\"\xe0\x02\n\x07\x41\x63\x63ount\x12\x12\n\naccount_id\x18\x01 \x01(\t\x12%\n\x08provider\x18\x02 \x01(\x0e\x32\x13.search.v1.Provider\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12&\n\x05state\x18\x04 \x01(\x0e\x32\x17.search.v1.AccountState\x12#\n\x05kinds\x18\x05 \x03(\x0e\x32\x14.search.v1.QueryKind\x12\x10\n\x08\x62\x61se_url\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04\x63\x61rd\x18\x08 \x01(\x0b\x32\x14.search.v1.QueryCard\x12;\n\x17\x63redentials_expire_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0brefreshable\x18\n \x01(\x08\"<\n\x13ListAccountsRequest\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\"c\n\x14ListAccountsResponse\x12$\n\x08\x61\x63\x63ounts\x18\x01 \x03(\x0b\x32\x12.search.v1.Account\x12%\n\x08guidance\x18\x02 \x01(\x0b\x32\x13.search.v1.Guidance\"\xc5\x01\n\x0bNativeQuery\x12%\n\x08provider\x18\x01 \x01(\x0e\x32\x13.search.v1.Provider\x12\x12\n\naccount_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\"\n\x04kind\x18\x04 \x01(\x0e\x32\x14.search.v1.QueryKind\x12(\n\ntime_range\x18\x05 \x01(\x0b\x32\x14.search.v1.TimeRange\x12\x0f\n\x07project\x18\x06 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x07 \x01(\t\"w\n\x16SearchWorkspaceRequest\x12\'\n\x07queries\x18\x01 \x03(\x0b\x32\x16.search.v1.NativeQuery\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x11\n\tmax_pages\x18\x04 \x01(\x05\"\xbc\x02\n\x0bQueryStatus\x12\x13\n\x0bquery_index\x18\x01 \x01(\x05\x12\x12\n\naccount_id\x18\x02 \x01(\t\x12%\n\x08provider\x18\x03 \x01(\x0e\x32\x13.search.v1.Provider\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.search.v1.QueryState\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0f\n\x07partial\x18\x06 \x01(\x08\x12.\n\x0bretry_after\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05total\x18\x08 \x01(\x03\x12\x16\n\x0etotal_is_exact\x18\t \x01(\x08\x12\x14\n\x0cresult_count\x18\n \x01(\x05\x12\x13\n\x0bnext_cursor\x18\x0b \x01(\t\x12\x13\n\x0bpage_number\x18\x0c \x01(\x05\"T\n\x0c\x43ontribution\x12\x13\n\x0bquery_index\x18\x01 \x01(\x05\x12\x12\n\naccount_id\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05score\x18\x04 \x01(\x01\"\xdf\x02\n\x0b\x46usedResult\x12\x11\n\tresult_id\x18\x01 \x01(\t\x12%\n\x08provider\x18\x02 \x01(\x0e\x32\x13.search.v1.Provider\x12\x12\n\naccount_id\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x0b\n\x03url\x18\x06 \x01(\t\x12\x0f\n\x07snippet\x18\x07 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x08 \x01(\t\x12\x11\n\tcontainer\x18\t \x01(\t\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10\x65vent_start_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05score\x18\x0c \x01(\x01\x12.\n\rcontributions\x18\r \x03(\x0b\x32\x17.search.v1.Contribution\"\xb0\x01\n\tFusedPage\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.search.v1.FusedResult\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0bpage_number\x18\x03 \x01(\x05\x12#\n\x05\x63\x61rds\x18\x04 \x03(\x0b\x32\x14.search.v1.QueryCard\x12\x18\n\x10ranking_is_exact\x18\x05 \x01(\x08\x12\r\n\x05rrf_k\x18\x06 \x01(\x05\"z\n\x17SearchWorkspaceResponse\x12.\n\x0cquery_status\x18\x01 \x01(\x0b\x32\x16.search.v1.QueryStatusH\x00\x12$\n\x04page\x18\x02 \x01(\x0b\x32\x14.search.v1.FusedPageH\x00\x42\t\n\x07message*\xbc\x01\n\tQueryKind\x12\x1a\n\x16QUERY_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11QUERY_KIND_ISSUES\x10\x01\x12\x13\n\x0fQUERY_KIND_CODE\x10\x02\x12\x16\n\x12QUERY_KIND_COMMITS\x10\x03\x12\x1b\n\x17QUERY_KIND_REPOSITORIES\x10\x04\x12\x1d\n\x19QUERY_KIND_MERGE_REQUESTS\x10\x05\x12\x13\n\x0fQUERY_KIND_WIKI\x10\x06*m\n\x0c\x41\x63\x63ountState\x12\x1d\n\x19\x41\x43\x43OUNT_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41\x43\x43OUNT_STATE_CONNECTED\x10\x01\x12!\n\x1d\x41\x43\x43OUNT_STATE_NEEDS_RECONNECT\x10\x02*\xc8\x01\n\nQueryState\x12\x1b\n\x17QUERY_STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eQUERY_STATE_OK\x10\x01\x12\x17\n\x13QUERY_STATE_SKIPPED\x10\x02\x12\x1f\n\x1bQUERY_STATE_NEEDS_RECONNECT\x10\x03\x12\x1c\n\x18QUERY_STATE_RATE_LIMITED\x10\x04\x12\x19\n\x15QUERY_STATE_TIMED_OUT\x10\x05\x12\x16\n\x12QUERY_STATE_FAILED\x10\x06\x32\xc5\x01\n\x16WorkspaceSearchService\x12O\n\x0cListAccounts\x12\x1e.search.v1.ListAccountsRequest\x1a\x1f.search.v1.ListAccountsResponse\x12Z\n\x0fSearchWorkspace\x12!.search.v1.SearchWorkspaceRequest\x1a\".search.v1.SearchWorkspaceResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'search.v1.workspace_search_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_QUERYKIND']._serialized_start=2156
-  _globals['_QUERYKIND']._serialized_end=2344
-  _globals['_ACCOUNTSTATE']._serialized_start=2346
-  _globals['_ACCOUNTSTATE']._serialized_end=2455
-  _globals['_QUERYSTATE']._serialized_start=2458
-  _globals['_QUERYSTATE']._serialized_end=2658
+  _globals['_QUERYKIND']._serialized_start=2238
+  _globals['_QUERYKIND']._serialized_end=2426
+  _globals['_ACCOUNTSTATE']._serialized_start=2428
+  _globals['_ACCOUNTSTATE']._serialized_end=2537
+  _globals['_QUERYSTATE']._serialized_start=2540
+  _globals['_QUERYSTATE']._serialized_end=2740
   _globals['_QUERYCARD']._serialized_start=136
   _globals['_QUERYCARD']._serialized_end=249
   _globals['_GUIDANCE']._serialized_start=251
   _globals['_GUIDANCE']._serialized_end=334
   _globals['_ACCOUNT']._serialized_start=337
-  _globals['_ACCOUNT']._serialized_end=607
-  _globals['_LISTACCOUNTSREQUEST']._serialized_start=609
-  _globals['_LISTACCOUNTSREQUEST']._serialized_end=669
-  _globals['_LISTACCOUNTSRESPONSE']._serialized_start=671
-  _globals['_LISTACCOUNTSRESPONSE']._serialized_end=770
-  _globals['_NATIVEQUERY']._serialized_start=773
-  _globals['_NATIVEQUERY']._serialized_end=970
-  _globals['_SEARCHWORKSPACEREQUEST']._serialized_start=972
-  _globals['_SEARCHWORKSPACEREQUEST']._serialized_end=1091
-  _globals['_QUERYSTATUS']._serialized_start=1094
-  _globals['_QUERYSTATUS']._serialized_end=1410
-  _globals['_CONTRIBUTION']._serialized_start=1412
-  _globals['_CONTRIBUTION']._serialized_end=1496
-  _globals['_FUSEDRESULT']._serialized_start=1499
-  _globals['_FUSEDRESULT']._serialized_end=1850
-  _globals['_FUSEDPAGE']._serialized_start=1853
-  _globals['_FUSEDPAGE']._serialized_end=2029
-  _globals['_SEARCHWORKSPACERESPONSE']._serialized_start=2031
-  _globals['_SEARCHWORKSPACERESPONSE']._serialized_end=2153
-  _globals['_WORKSPACESEARCHSERVICE']._serialized_start=2661
-  _globals['_WORKSPACESEARCHSERVICE']._serialized_end=2858
+  _globals['_ACCOUNT']._serialized_end=689
+  _globals['_LISTACCOUNTSREQUEST']._serialized_start=691
+  _globals['_LISTACCOUNTSREQUEST']._serialized_end=751
+  _globals['_LISTACCOUNTSRESPONSE']._serialized_start=753
+  _globals['_LISTACCOUNTSRESPONSE']._serialized_end=852
+  _globals['_NATIVEQUERY']._serialized_start=855
+  _globals['_NATIVEQUERY']._serialized_end=1052
+  _globals['_SEARCHWORKSPACEREQUEST']._serialized_start=1054
+  _globals['_SEARCHWORKSPACEREQUEST']._serialized_end=1173
+  _globals['_QUERYSTATUS']._serialized_start=1176
+  _globals['_QUERYSTATUS']._serialized_end=1492
+  _globals['_CONTRIBUTION']._serialized_start=1494
+  _globals['_CONTRIBUTION']._serialized_end=1578
+  _globals['_FUSEDRESULT']._serialized_start=1581
+  _globals['_FUSEDRESULT']._serialized_end=1932
+  _globals['_FUSEDPAGE']._serialized_start=1935
+  _globals['_FUSEDPAGE']._serialized_end=2111
+  _globals['_SEARCHWORKSPACERESPONSE']._serialized_start=2113
+  _globals['_SEARCHWORKSPACERESPONSE']._serialized_end=2235
+  _globals['_WORKSPACESEARCHSERVICE']._serialized_start=2743
+  _globals['_WORKSPACESEARCHSERVICE']._serialized_end=2940
 # @@protoc_insertion_point(module_scope)

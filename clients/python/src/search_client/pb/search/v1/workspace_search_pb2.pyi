@@ -81,7 +81,7 @@ class Guidance(_message.Message):
     def __init__(self, shared_rules: _Optional[str] = ..., cards: _Optional[_Iterable[_Union[QueryCard, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Account(_message.Message):
-    __slots__ = ("account_id", "provider", "display_name", "state", "kinds", "base_url", "create_time", "card")
+    __slots__ = ("account_id", "provider", "display_name", "state", "kinds", "base_url", "create_time", "card", "credentials_expire_time", "refreshable")
     ACCOUNT_ID_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,8 @@ class Account(_message.Message):
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     CARD_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIALS_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REFRESHABLE_FIELD_NUMBER: _ClassVar[int]
     account_id: str
     provider: _common_pb2.Provider
     display_name: str
@@ -98,7 +100,9 @@ class Account(_message.Message):
     base_url: str
     create_time: _timestamp_pb2.Timestamp
     card: QueryCard
-    def __init__(self, account_id: _Optional[str] = ..., provider: _Optional[_Union[_common_pb2.Provider, str]] = ..., display_name: _Optional[str] = ..., state: _Optional[_Union[AccountState, str]] = ..., kinds: _Optional[_Iterable[_Union[QueryKind, str]]] = ..., base_url: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., card: _Optional[_Union[QueryCard, _Mapping]] = ...) -> None: ...
+    credentials_expire_time: _timestamp_pb2.Timestamp
+    refreshable: bool
+    def __init__(self, account_id: _Optional[str] = ..., provider: _Optional[_Union[_common_pb2.Provider, str]] = ..., display_name: _Optional[str] = ..., state: _Optional[_Union[AccountState, str]] = ..., kinds: _Optional[_Iterable[_Union[QueryKind, str]]] = ..., base_url: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., card: _Optional[_Union[QueryCard, _Mapping]] = ..., credentials_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., refreshable: _Optional[bool] = ...) -> None: ...
 
 class ListAccountsRequest(_message.Message):
     __slots__ = ("provider",)
