@@ -39,6 +39,13 @@ class Metrics(CallObserver):
             ["provider", "state"],
             registry=self.registry,
         )
+        self.token_refreshes = Counter(
+            "search_oauth_token_refreshes",
+            "Access-token refreshes by provider and outcome (ok, needs_reconnect, "
+            "rate_limited, failed).",
+            ["provider", "outcome"],
+            registry=self.registry,
+        )
         self.index_backlog = Gauge(
             "search_index_chunks_pending",
             "Chunks of every tenant without a ready vector of the configured embedding "
@@ -55,6 +62,10 @@ class Metrics(CallObserver):
     def provider_query(self, provider: str, state: str) -> None:
         """Record how one native query settled."""
         self.provider_queries.labels(provider, state).inc()
+
+    def token_refresh(self, provider: str, outcome: str) -> None:
+        """Record one access-token refresh attempt and how it ended."""
+        self.token_refreshes.labels(provider, outcome).inc()
 
     def track_store(self, stats: Callable[[], StoreStats]) -> None:
         """Read pool usage and reads by backend from the store at scrape time."""

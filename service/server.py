@@ -400,6 +400,7 @@ async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict
         max_rounds_per_page=settings.workspace_max_rounds_per_page,
         default_timeout=settings.workspace_timeout,
         on_query=metrics.provider_query if metrics is not None else None,
+        on_refresh=metrics.token_refresh if metrics is not None else None,
         closers=app.closers,
     )
 

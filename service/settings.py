@@ -19,6 +19,10 @@ PREFIX = "SEARCH_"
 CLIENT_PREFIX = "SEARCH_CLIENT_"
 
 
+# Authorization servers whose OAuth clients are configured by `SEARCH_OAUTH_<FAMILY>_*`.
+OAUTH_FAMILIES = ("google", "slack", "github", "gitlab", "atlassian")
+
+
 class SettingsError(ValueError):
     """A setting is missing or malformed."""
 
@@ -183,6 +187,69 @@ class Settings:
         default=1.0,
         metadata=_doc("Share of new traces sampled, 0..1 (a caller's sampled flag wins)."),
     )
+    oauth_google_client_id: str = field(
+        default="", metadata=_doc("Google OAuth client id (Drive, Gmail, Calendar token refresh).")
+    )
+    oauth_google_client_secret: Secret = field(
+        default=Secret(""), metadata=_doc("Google OAuth client secret (or the _FILE setting).")
+    )
+    oauth_google_client_secret_file: str = field(
+        default="", metadata=_doc("File holding the Google OAuth client secret.")
+    )
+    oauth_google_token_url: str = field(
+        default="", metadata=_doc("Google token endpoint override (self-hosted, tests).")
+    )
+    oauth_slack_client_id: str = field(
+        default="", metadata=_doc("Slack OAuth client id (access-token refresh).")
+    )
+    oauth_slack_client_secret: Secret = field(
+        default=Secret(""), metadata=_doc("Slack OAuth client secret (or the _FILE setting).")
+    )
+    oauth_slack_client_secret_file: str = field(
+        default="", metadata=_doc("File holding the Slack OAuth client secret.")
+    )
+    oauth_slack_token_url: str = field(
+        default="", metadata=_doc("Slack token endpoint override (self-hosted, tests).")
+    )
+    oauth_github_client_id: str = field(
+        default="", metadata=_doc("GitHub App OAuth client id (access-token refresh).")
+    )
+    oauth_github_client_secret: Secret = field(
+        default=Secret(""), metadata=_doc("GitHub App OAuth client secret (or the _FILE setting).")
+    )
+    oauth_github_client_secret_file: str = field(
+        default="", metadata=_doc("File holding the GitHub App OAuth client secret.")
+    )
+    oauth_github_token_url: str = field(
+        default="", metadata=_doc("GitHub App token endpoint override (self-hosted, tests).")
+    )
+    oauth_gitlab_client_id: str = field(
+        default="", metadata=_doc("GitLab OAuth client id (access-token refresh).")
+    )
+    oauth_gitlab_client_secret: Secret = field(
+        default=Secret(""), metadata=_doc("GitLab OAuth client secret (or the _FILE setting).")
+    )
+    oauth_gitlab_client_secret_file: str = field(
+        default="", metadata=_doc("File holding the GitLab OAuth client secret.")
+    )
+    oauth_gitlab_token_url: str = field(
+        default="", metadata=_doc("GitLab token endpoint override (self-hosted, tests).")
+    )
+    oauth_gitlab_redirect_uri: str = field(
+        default="", metadata=_doc("Redirect URI of the GitLab OAuth app (GitLab checks it).")
+    )
+    oauth_atlassian_client_id: str = field(
+        default="", metadata=_doc("Atlassian OAuth client id (Jira, Confluence token refresh).")
+    )
+    oauth_atlassian_client_secret: Secret = field(
+        default=Secret(""), metadata=_doc("Atlassian OAuth client secret (or the _FILE setting).")
+    )
+    oauth_atlassian_client_secret_file: str = field(
+        default="", metadata=_doc("File holding the Atlassian OAuth client secret.")
+    )
+    oauth_atlassian_token_url: str = field(
+        default="", metadata=_doc("Atlassian token endpoint override (self-hosted, tests).")
+    )
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
@@ -236,6 +303,14 @@ class Settings:
             ("otel_service_name", bool(self.otel_service_name.strip())),
             ("otel_sample_ratio", 0.0 <= self.otel_sample_ratio <= 1.0),
         ]
+        for family in OAUTH_FAMILIES:
+            secret = getattr(self, f"oauth_{family}_client_secret")
+            secret_file = getattr(self, f"oauth_{family}_client_secret_file")
+            url = getattr(self, f"oauth_{family}_token_url")
+            checks += [
+                (f"oauth_{family}_client_secret_file", not (secret and secret_file)),
+                (f"oauth_{family}_token_url", not url or url.startswith(("https://", "http://"))),
+            ]
         for name, ok in checks:
             if not ok:
                 raise SettingsError(f"{PREFIX}{name.upper()}={getattr(self, name)!r} is invalid")

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from service.api.accounts import AccountServicer
 from service.api.workspace import QueryObserver, WorkspaceSearchServicer
 from service.keys import load_key
 from service.ranking.tokens import TokenSigner
-from service.settings import Settings, SettingsError
+from service.settings import OAUTH_FAMILIES, Settings, SettingsError
 from service.store.base import Store
 from service.workspace.accounts import AccountManager
 from service.workspace.engine import EngineSettings, WorkspaceEngine
 from service.workspace.model import ProviderId
+from service.workspace.oauth import Family, OAuthClient
 from service.workspace.providers import REGISTRY
+from service.workspace.refresh import ManagerStore, RefreshObserver, TokenRefresher
 
-__all__ = ["build_workspace_servicers", "parse_base_urls"]
+__all__ = ["build_workspace_servicers", "oauth_clients", "parse_base_urls"]
 
 
 def parse_base_urls(text: str, setting: str = "SEARCH_PROVIDER_BASE_URLS") -> dict[ProviderId, str]:
@@ -34,6 +37,38 @@ def parse_base_urls(text: str, setting: str = "SEARCH_PROVIDER_BASE_URLS") -> di
     return found
 
 
+def _client_secret(settings: Settings, family: str) -> str:
+    secret: str = getattr(settings, f"oauth_{family}_client_secret").reveal()
+    path: str = getattr(settings, f"oauth_{family}_client_secret_file")
+    if not path:
+        return secret
+    key = f"SEARCH_OAUTH_{family.upper()}_CLIENT_SECRET_FILE"
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{key}={path!r} cannot be read ({type(exc).__name__})") from None
+
+
+def oauth_clients(settings: Settings, *, allow_insecure_http: bool = False) -> list[OAuthClient]:
+    """The OAuth clients configured by `SEARCH_OAUTH_<FAMILY>_*` (a client id enables one)."""
+    clients = []
+    for family in OAUTH_FAMILIES:
+        client_id: str = getattr(settings, f"oauth_{family}_client_id")
+        token_url: str = getattr(settings, f"oauth_{family}_token_url")
+        if token_url.startswith("http://") and not allow_insecure_http:
+            raise SettingsError(
+                f"SEARCH_OAUTH_{family.upper()}_TOKEN_URL={token_url!r} must use https"
+            )
+        if not client_id:
+            continue
+        clients.append(OAuthClient(
+            Family(family), client_id.strip(), _client_secret(settings, family),
+            token_url.rstrip("/"),
+            settings.oauth_gitlab_redirect_uri if family == "gitlab" else "",
+        ))
+    return clients
+
+
 def build_workspace_servicers(
     settings: Settings,
     store: Store,
@@ -44,6 +79,7 @@ def build_workspace_servicers(
     max_rounds_per_page: int = 3,
     default_timeout: float = 20.0,
     on_query: QueryObserver | None = None,
+    on_refresh: RefreshObserver | None = None,
     closers: list[Callable[[], Awaitable[None]]] | None = None,
 ) -> dict[str, Any]:
     """WorkspaceSearchService and AccountService servicers, keyed by full service name."""
@@ -68,9 +104,15 @@ def build_workspace_servicers(
         default_timeout=default_timeout,
         max_rounds_per_page=max_rounds_per_page,
     )
-    engine = WorkspaceEngine(accounts, signer, settings=engine_settings)
+    clients = oauth_clients(settings, allow_insecure_http=allow_insecure_http)
+    refresher = TokenRefresher(
+        clients, ManagerStore(accounts), timeout=settings.provider_request_timeout,
+        observer=on_refresh,
+    )
+    engine = WorkspaceEngine(accounts, signer, settings=engine_settings, renewer=refresher)
     if closers is not None:
         closers.append(engine.aclose)  # provider connections are kept between calls
+        closers.append(refresher.aclose)  # after refreshes in flight have stored their tokens
     servicer = (
         WorkspaceSearchServicer(engine)
         if on_query is None

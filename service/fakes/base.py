@@ -8,9 +8,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.fakes.server import FakeHttpServer, Fault, Request, Response
+
+if TYPE_CHECKING:
+    from service.fakes.oauth import FakeTokenIssuer
 
 Route = Callable[[Request, "re.Match[str]"], Response]
 
@@ -60,6 +63,9 @@ class FakeProvider:
     def __init__(self) -> None:
         self.token = f"tok-{self.name}-secret"
         self.basic_user = ""  # when set, `Basic base64(user:token)` is also accepted
+        # When set, the issuer's live access tokens are accepted too, and its expired ones get
+        # `expired()` (the provider's expired-token answer).
+        self.issuer: FakeTokenIssuer | None = None
         self.server = FakeHttpServer(self._dispatch)
         self._routes: list[tuple[str, re.Pattern[str], Route]] = []
 
@@ -93,6 +99,8 @@ class FakeProvider:
         header = request.headers.get("authorization", "")
         if header == f"Bearer {self.token}":
             return True
+        if self.issuer is not None and header.startswith("Bearer "):
+            return self.issuer.state(header[7:]) == "live"
         if self.basic_user:
             pair = base64.b64encode(f"{self.basic_user}:{self.token}".encode()).decode()
             return header == f"Basic {pair}"
@@ -102,12 +110,24 @@ class FakeProvider:
         """The provider's answer to a missing or wrong credential."""
         return Response.json({"message": "Bad credentials"}, 401)
 
+    def expired(self) -> Response:
+        """The provider's answer to an expired access token (by default its 401)."""
+        return self.unauthorized()
+
+    def refused(self, request: Request) -> Response:
+        """The answer to a request without an accepted credential."""
+        header = request.headers.get("authorization", "")
+        bearer = header[7:] if header.startswith("Bearer ") else ""
+        if self.issuer is not None and bearer and self.issuer.state(bearer) == "expired":
+            return self.expired()
+        return self.unauthorized()
+
     async def _dispatch(self, request: Request) -> Response:
         for method, pattern, handler in self._routes:
             found = pattern.fullmatch(request.raw_path)
             if found and method == request.method:
                 if not self.authorized(request):
-                    return self.unauthorized()
+                    return self.refused(request)
                 return handler(request, found)
         return Response.json({"message": "Not Found"}, 404)
 

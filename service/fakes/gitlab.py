@@ -44,6 +44,18 @@ class FakeGitLab(FakeProvider):
         """GitLab's 401."""
         return Response.json({"message": "401 Unauthorized"}, 401)
 
+    def expired(self) -> Response:
+        """GitLab's 401 for an expired OAuth token (lib/api/api_guard.rb)."""
+        return Response.json(
+            {
+                "error": "invalid_token",
+                "error_description": "Token is expired. You can either do re-authorization "
+                "or token refresh.",
+            },
+            401,
+            {"WWW-Authenticate": 'Bearer realm="Protected by OAuth 2.0", error="invalid_token"'},
+        )
+
     # ---- seeding --------------------------------------------------------------------------
     def add_project(
         self,

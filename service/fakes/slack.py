@@ -41,6 +41,10 @@ class FakeSlack(FakeProvider):
         """Slack answers auth failures with HTTP 200 and ok:false."""
         return Response.json({"ok": False, "error": "invalid_auth"})
 
+    def expired(self) -> Response:
+        """Slack's expired token (rotation on): HTTP 200, ok:false."""
+        return Response.json({"ok": False, "error": "token_expired"})
+
     def add_message(
         self,
         channel_id: str,

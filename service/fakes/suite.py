@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.fakes.atlassian import FakeConfluence, FakeJira
 from service.fakes.base import FakeProvider
@@ -11,9 +11,11 @@ from service.fakes.gitlab import FakeGitLab
 from service.fakes.gmail import FakeGmail
 from service.fakes.google_calendar import FakeCalendar
 from service.fakes.google_drive import FakeDrive
+from service.fakes.oauth import FakeTokenIssuer
 from service.fakes.slack import FakeSlack
 from service.workspace.http import AccountSession
 from service.workspace.model import Account, Credentials, ProviderId
+from service.workspace.oauth import FAMILY_OF
 
 
 @dataclass
@@ -28,6 +30,16 @@ class FakeProviders:
     google_calendar: FakeCalendar
     jira: FakeJira
     confluence: FakeConfluence
+    # One token endpoint per authorization server ("google", "slack", ...), linked to the
+    # provider fakes it issues tokens for.
+    issuers: dict[str, FakeTokenIssuer] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for provider, family in FAMILY_OF.items():
+            issuer = self.issuers.get(family.value)
+            if issuer is None:
+                issuer = self.issuers[family.value] = FakeTokenIssuer(family.value)
+            self.of(provider).issuer = issuer
 
     @classmethod
     def create(cls) -> FakeProviders:
@@ -45,12 +57,12 @@ class FakeProviders:
 
     async def start(self) -> None:
         """Listen on an ephemeral loopback port each."""
-        for fake in self.all():
+        for fake in [*self.all(), *self.issuers.values()]:
             await fake.server.start()
 
     async def stop(self) -> None:
         """Stop every fake."""
-        for fake in self.all():
+        for fake in [*self.all(), *self.issuers.values()]:
             await fake.server.stop()
 
     def base_urls(self) -> str:
@@ -74,6 +86,20 @@ class FakeProviders:
         """The fake serving `provider`."""
         fake: FakeProvider = getattr(self, provider.value)
         return fake
+
+    def issuer(self, provider: ProviderId) -> FakeTokenIssuer:
+        """The token endpoint of the provider's authorization server."""
+        return self.issuers[FAMILY_OF[provider].value]
+
+    def oauth_settings(self) -> dict[str, str]:
+        """`SEARCH_OAUTH_*` settings pointing every family's OAuth client at its fake."""
+        env: dict[str, str] = {}
+        for family, issuer in self.issuers.items():
+            prefix = f"SEARCH_OAUTH_{family.upper()}_"
+            env[prefix + "CLIENT_ID"] = issuer.client_id
+            env[prefix + "CLIENT_SECRET"] = issuer.client_secret
+            env[prefix + "TOKEN_URL"] = issuer.token_url
+        return env
 
     def account(self, provider: ProviderId, *, account_id: str = "acc-1") -> Account:
         """An account whose base URL is the provider's fake."""
@@ -104,5 +130,5 @@ class FakeProviders:
 
     def reset(self) -> None:
         """Empty every corpus, drop faults and request counts."""
-        for fake in self.all():
+        for fake in [*self.all(), *self.issuers.values()]:
             fake.reset()

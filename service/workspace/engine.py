@@ -26,6 +26,7 @@ from service.workspace.paging import ListState
 from service.workspace.plan import Limits, Plan, SearchRequest, Slot, build_plan
 from service.workspace.pool import PoolRegistry
 from service.workspace.providers import REGISTRY, ProviderSpec
+from service.workspace.renewal import Renewer
 
 __all__ = ["EngineSettings", "WorkspaceEngine"]
 
@@ -85,8 +86,10 @@ class WorkspaceEngine:
         *,
         registry: Mapping[ProviderId, ProviderSpec] = REGISTRY,
         settings: EngineSettings = EngineSettings(),
+        renewer: Renewer | None = None,
     ) -> None:
         self._accounts = accounts
+        self._renewer = renewer  # renews expiring access tokens (None: accounts never renew)
         self._signer = signer
         self._registry = registry
         self._settings = settings
@@ -137,7 +140,7 @@ class WorkspaceEngine:
                 run.prefetch = min(share, page_size)
         call = Call(
             tenant, snapshot, self._accounts, self._settings.fanout(),
-            self._provider_deadline(deadline), pools=self._pools,
+            self._provider_deadline(deadline), pools=self._pools, renewer=self._renewer,
         )
         try:
             pager = Pager(plan, runs, call, self._signer, self._registry, self._settings.pager())

@@ -23,6 +23,7 @@ from service.workspace.lists import ListRun, Vote
 from service.workspace.model import Account, NativeDocument, ProviderError, QueryState
 from service.workspace.pool import PoolRegistry
 from service.workspace.providers import HydrateFn
+from service.workspace.renewal import Renewer
 
 __all__ = ["Call", "FanoutSettings", "details"]
 
@@ -55,8 +56,10 @@ class Call:
         deadline: float,
         *,
         pools: PoolRegistry | None = None,
+        renewer: Renewer | None = None,
     ) -> None:
         self.deadline = deadline
+        self._renewer = renewer
         self._tenant = tenant
         self._snapshot = snapshot
         self._accounts = accounts
@@ -172,6 +175,7 @@ class Call:
                 max_response_bytes=self._settings.max_response_bytes,
                 allow_insecure_http=self._settings.allow_insecure_http,
                 pool=self._pools.pool(account, credentials) if self._pools else None,
+                renewer=self._renewer,
             )
         except ProviderError as error:
             self._sessions[account.account_id] = error

@@ -17,9 +17,9 @@ import functools
 import json as jsonlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -29,7 +29,8 @@ import yarl
 from service import tracing
 from service.workspace.error_bodies import read_prefix, secrets_of
 from service.workspace.model import Account, Credentials, ProviderError, QueryState
-from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool, auth_header, client_session
+from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool, client_session
+from service.workspace.renewal import Renewer, SessionCredential, expired_in_body, send_renewing
 from service.workspace.statuses import retry_after_seconds, status_error
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Params = Mapping[str, str | int | Sequence[str]]
+T = TypeVar("T")
 
 BUDGET_MESSAGE = "request budget reached; narrow the query"
 TIMEOUT_MESSAGE = "provider search timed out; narrow the query"
@@ -132,6 +134,7 @@ class AccountSession:
         max_response_bytes: int = 4 * 1024 * 1024,
         allow_insecure_http: bool = False,
         pool: AccountPool | None = None,
+        renewer: Renewer | None = None,
     ) -> None:
         try:
             base = _origin(account.base_url)
@@ -144,16 +147,19 @@ class AccountSession:
         self.account = account
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
-        self.uses_basic_auth = bool(credentials.username) and (
-            account.provider in BASIC_AUTH_PROVIDERS
-        )
-        self.scopes = credentials.scopes
+        basic = account.provider in BASIC_AUTH_PROVIDERS
+        self.uses_basic_auth = bool(credentials.username) and basic
         self._base = base
         self._base_text = account.base_url.rstrip("/")
-        self._authorization = auth_header(account.provider, credentials)
+        self.credential = SessionCredential(account, credentials, renewer)
         self._owns_pool = pool is None
         self._pool = pool or AccountPool()
         self._client: aiohttp.ClientSession | None = None
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """Scopes granted to the credential, when known (empty = unknown)."""
+        return self.credential.scopes
 
     def for_query(self, *, budget: int, deadline: float | None) -> HttpClient:
         """A client for one query: at most `budget` requests, all before `deadline` (loop time)."""
@@ -201,7 +207,7 @@ class AccountSession:
         session sets none, which saves two timer handles per request.
         """
         merged = {"Accept": "application/json", **(headers or {})}
-        merged["Authorization"] = self._authorization
+        merged["Authorization"] = self.credential.authorization
         data = None
         if json is not None:
             data = jsonlib.dumps(json, separators=(",", ":")).encode()
@@ -230,7 +236,7 @@ class AccountSession:
                 now=time.time(),
                 provider=self.account.provider,
                 body=await read_prefix(response.content, self.max_response_bytes),
-                secrets=secrets_of(self._authorization),
+                secrets=secrets_of(self.credential.authorization),
             )
             assert error is not None  # every non-2xx status maps to an error
             raise error
@@ -243,7 +249,7 @@ class AccountSession:
     ) -> RawResponse:
         """POST `body` as `content_type`; the raw 2xx answer, or the ProviderError `send` gives."""
         merged = {**(headers or {}), "Content-Type": content_type}
-        merged["Authorization"] = self._authorization
+        merged["Authorization"] = self.credential.authorization
         target = yarl.URL(url, encoded=True)
         try:
             async with self._session().request(
@@ -335,22 +341,18 @@ class HttpClient:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> JsonResponse:
-        """Send one request within budget and deadline; return status, headers and JSON."""
+        """Send one request within budget and deadline; return status, headers and JSON. A
+        renewable token is renewed when due, and once after a refusal (see renewal.py)."""
         url = self._session.resolve(path_or_url)
-        if self.requests_made >= self._budget:
-            raise _transient(BUDGET_MESSAGE)
-        timeout = self._timeout()
-        self.requests_made += 1
-        try:
-            async with (
-                tracing.provider_request(self._session.account.provider.value, method),
-                asyncio.timeout(timeout),
-            ):
-                return await self._session.send(
-                    method, url, params=params, json=json, headers=headers
-                )
-        except TimeoutError:
-            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
+        provider = self._session.account.provider
+        return await send_renewing(
+            self._session.credential,
+            lambda: self._once(method, lambda: self._session.send(
+                method, url, params=params, json=json, headers=headers
+            )),
+            time_left=self._timeout,
+            expired=lambda response: expired_in_body(provider, response.data),
+        )
 
     async def post_raw(
         self,
@@ -361,20 +363,29 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
     ) -> RawResponse:
         """POST a non-JSON body (a Gmail multipart batch) as one request within budget and
-        deadline; return the raw 2xx answer (other answers raise as in `request`)."""
+        deadline; return the raw 2xx answer (other answers raise, and renew, as in `request`)."""
         url = self._session.resolve(path_or_url)
+        return await send_renewing(
+            self._session.credential,
+            lambda: self._once("POST", lambda: self._session.send_raw(
+                url, body=body, content_type=content_type, headers=headers
+            )),
+            time_left=self._timeout,
+            expired=lambda _: False,
+        )
+
+    async def _once(self, method: str, send: Callable[[], Awaitable[T]]) -> T:
+        """One provider request within the query's budget and deadline."""
         if self.requests_made >= self._budget:
             raise _transient(BUDGET_MESSAGE)
         timeout = self._timeout()
         self.requests_made += 1
         try:
             async with (
-                tracing.provider_request(self._session.account.provider.value, "POST"),
+                tracing.provider_request(self._session.account.provider.value, method),
                 asyncio.timeout(timeout),
             ):
-                return await self._session.send_raw(
-                    url, body=body, content_type=content_type, headers=headers
-                )
+                return await send()
         except TimeoutError:
             raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
 

@@ -162,6 +162,8 @@ class ProviderError(Exception):
     connection), so paging keeps the failed work and tries it again on the next page; False
     for answers that will not change by themselves (refused credentials, a query the
     provider rejects). Defaults to True for RATE_LIMITED and TIMED_OUT, False otherwise.
+    `refresh`: the provider refused the access token as expired or invalid, so a refreshed
+    token may succeed (the session refreshes once and retries once when it can).
     """
 
     def __init__(
@@ -171,8 +173,10 @@ class ProviderError(Exception):
         *,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        refresh: bool = False,
     ) -> None:
         super().__init__(message)
+        self.refresh = refresh
         self.state = state
         self.message = message
         self.retry_after = retry_after

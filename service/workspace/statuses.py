@@ -173,9 +173,12 @@ def _by_status(answer: _Answer) -> ProviderError:
     if status == 429 or limited_403:
         return rate_limited_error(answer.where, retry_after_seconds(headers, now=answer.now))
     if status == 401:
+        # Even GitLab's "revoked" may be a token another query's refresh just replaced: the
+        # refresher re-reads the stored one first, and a dead grant fails the refresh itself.
         return ProviderError(
             QueryState.NEEDS_RECONNECT,
             "provider refused the credentials; reconnect the account (HTTP 401)",
+            refresh=True,
         )
     if status == 403:
         detail = _quoting(said) or "; the account may lack access or a permission"

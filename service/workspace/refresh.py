@@ -1,0 +1,294 @@
+"""Access-token refresh for accounts with a refresh token: single-flight per account, in-process.
+
+A session asks `TokenRefresher.renew` ahead of expiry (`due`) or after the provider refused the
+access token. Under one lock per account the refresher re-reads the stored credentials (another
+query may have refreshed already), calls the family's token endpoint (service.workspace.oauth),
+and stores the new credentials (a rotated refresh token included) before anyone uses them. The
+exchange and the write run in their own task, so a query cancelled meanwhile (its deadline)
+never loses a rotated refresh token. A failed refresh is remembered for a few seconds (or the
+provider's wait), so the queries queued behind it get its answer without another request.
+
+Not covered: several processes refreshing one rotating token (no cross-process lock yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import httpx
+
+from service.errors import InvalidArgument, NotFound
+from service.workspace.model import Account, Credentials, ProviderError, QueryState
+from service.workspace.oauth import (
+    FAMILY_OF,
+    OAuthClient,
+    TokenGrant,
+    build_refresh,
+    parse_refresh,
+)
+
+__all__ = [
+    "REFRESH_MARGIN",
+    "CredentialStore",
+    "ManagerStore",
+    "RefreshObserver",
+    "TokenRefresher",
+]
+
+log = logging.getLogger(__name__)
+
+# Refresh this long before the stored expiry. A token checked now must still be valid when the
+# provider reads it: a search call lasts 20 s by default (a provider request at most 10 s), and
+# provider clocks may differ from ours by some seconds. 120 s covers both with room, and is
+# under 4 % of the shortest lifetime (Google and Atlassian, 1 h), so refreshes stay hourly.
+REFRESH_MARGIN = 120.0
+# How long a failed refresh answers the queries waiting behind it (unless the provider named a
+# wait): long enough for one burst of concurrent queries, short enough to retry soon.
+FAILURE_HOLD = 5.0
+MAX_TOKEN_RESPONSE = 64 * 1024
+SEALED = "stored credentials cannot be opened; reconnect the account"
+
+RefreshObserver = Callable[[str, str], None]  # (provider, outcome)
+
+
+def _ignore(provider: str, outcome: str) -> None:
+    del provider, outcome
+
+
+class CredentialStore(Protocol):
+    """Where the account's current credentials are read and written."""
+
+    async def stored(self, account: Account) -> Credentials:
+        """The credentials stored now (raise ProviderError when they cannot be read)."""
+        ...
+
+    async def save(self, account: Account, credentials: Credentials) -> None:
+        """Store (and commit) refreshed credentials."""
+        ...
+
+
+class _Manager(Protocol):
+    async def snapshot(self, tenant: str) -> _Snapshot: ...
+
+    async def replace_credentials(
+        self, tenant: str, account_id: str, credentials: Credentials, *,
+        clear_reconnect: bool = True,
+    ) -> object: ...
+
+
+class _Snapshot(Protocol):
+    def credentials(self, account: Account) -> Credentials: ...
+
+
+class ManagerStore:
+    """`CredentialStore` over the AccountManager (sealed credentials in the service's store)."""
+
+    def __init__(self, manager: _Manager) -> None:
+        self._manager = manager
+
+    async def stored(self, account: Account) -> Credentials:
+        """The account's credentials as stored now."""
+        snapshot = await self._manager.snapshot(account.tenant)
+        try:
+            return snapshot.credentials(account)
+        except KeyError:
+            raise ProviderError(QueryState.FAILED, "the account was disconnected") from None
+        except ValueError:
+            raise ProviderError(QueryState.NEEDS_RECONNECT, SEALED) from None
+
+    async def save(self, account: Account, credentials: Credentials) -> None:
+        """Seal and store the refreshed credentials (NEEDS_RECONNECT is left to the search)."""
+        try:
+            await self._manager.replace_credentials(
+                account.tenant, account.account_id, credentials, clear_reconnect=False
+            )
+        except NotFound:
+            raise ProviderError(QueryState.FAILED, "the account was disconnected") from None
+        except InvalidArgument as error:
+            log.warning("refreshed credentials of account %s were refused: %s",
+                        account.account_id, error)
+            raise ProviderError(
+                QueryState.NEEDS_RECONNECT,
+                "the provider's refreshed credentials could not be stored; reconnect the account",
+            ) from None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: ProviderError
+    refresh_digest: str
+    until: float  # time.monotonic(); inf for a refused refresh token
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class TokenRefresher:
+    """Renews access tokens with each family's OAuth client; `aclose` at exit."""
+
+    def __init__(
+        self,
+        clients: Iterable[OAuthClient],
+        store: CredentialStore,
+        *,
+        margin: float = REFRESH_MARGIN,
+        timeout: float = 10.0,
+        observer: RefreshObserver | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._clients = {client.family: client for client in clients}
+        self._store = store
+        self._margin = timedelta(seconds=margin)
+        self._timeout = timeout
+        self._observe = observer or _ignore
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._failures: dict[str, _Failure] = {}
+        self._tasks: set[asyncio.Task[Credentials]] = set()
+
+    def __repr__(self) -> str:
+        return f"TokenRefresher(families={sorted(self._clients)})"
+
+    def due(self, credentials: Credentials) -> bool:
+        """True when the access token expires within the margin (or has expired)."""
+        expires = credentials.expires_at
+        if expires is None:
+            return False
+        if expires.tzinfo is None:  # stored as UTC
+            expires = expires.replace(tzinfo=UTC)
+        return expires - datetime.now(UTC) <= self._margin
+
+    async def renew(
+        self, account: Account, credentials: Credentials, *, refused: bool
+    ) -> Credentials:
+        """Credentials to use instead of `credentials` (refreshed, or stored by another query).
+
+        `refused`: the provider refused `credentials.token`; else the token is merely due.
+        Raises ProviderError: NEEDS_RECONNECT when the refresh token was refused, RATE_LIMITED
+        or a retryable FAILED when the token endpoint cannot answer now.
+        """
+        task = asyncio.create_task(self._renew(account, credentials, refused))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def aclose(self) -> None:
+        """Let refreshes in flight finish (they store rotated tokens), then close the client."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self._timeout)
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+
+    async def _renew(self, account: Account, seen: Credentials, refused: bool) -> Credentials:
+        key = f"{account.tenant}\x1f{account.account_id}"
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            stored = await self._store.stored(account)
+            if stored.token != seen.token and not self.due(stored):
+                return stored  # another query refreshed while this one waited
+            if not stored.refreshable or not (refused or self.due(stored)):
+                return stored
+            client = self._clients.get(FAMILY_OF[account.provider])
+            if client is None:
+                if not refused:
+                    return stored  # cannot refresh: try the token while it lasts
+                family = FAMILY_OF[account.provider].value
+                raise ProviderError(
+                    QueryState.NEEDS_RECONNECT,
+                    f"the access token was refused and this service has no {family} OAuth "
+                    f"client to refresh it (SEARCH_OAUTH_{family.upper()}_CLIENT_ID); "
+                    "reconnect the account",
+                )
+            return await self._refresh(key, account, client, stored)
+
+    async def _refresh(
+        self, key: str, account: Account, client: OAuthClient, stored: Credentials
+    ) -> Credentials:
+        digest = _digest(stored.refresh_token)
+        failure = self._failures.get(key)
+        if failure and failure.refresh_digest == digest and time.monotonic() < failure.until:
+            raise failure.error
+        provider = account.provider.value
+        try:
+            grant = await self._exchange(client, stored.refresh_token)
+        except ProviderError as error:
+            hold = float("inf") if error.state is QueryState.NEEDS_RECONNECT else (
+                error.retry_after or FAILURE_HOLD
+            )
+            self._failures[key] = _Failure(error, digest, time.monotonic() + hold)
+            self._observe(provider, error.state.value)
+            log.warning("access token refresh failed: account=%s provider=%s: %s",
+                        account.account_id, provider, error.message)
+            raise
+        self._failures.pop(key, None)
+        fresh = replace(
+            stored,
+            token=grant.access_token,
+            refresh_token=grant.refresh_token,
+            expires_at=grant.expires_at,
+            scopes=grant.scopes or stored.scopes,
+        )
+        try:
+            await self._store.save(account, fresh)  # committed before the new token is used
+        except ProviderError as error:
+            self._observe(provider, error.state.value)
+            raise
+        self._observe(provider, "ok")
+        log.info("access token refreshed: account=%s provider=%s rotated=%s",
+                 account.account_id, provider, grant.refresh_token != stored.refresh_token)
+        return fresh
+
+    async def _exchange(self, client: OAuthClient, refresh_token: str) -> TokenGrant:
+        request = build_refresh(client, refresh_token)
+        http = self._client()
+        title = client.family.value
+        try:
+            async with http.stream(
+                "POST", request.url, content=request.body, headers=dict(request.headers)
+            ) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_TOKEN_RESPONSE:
+                        break
+                status, headers = response.status_code, response.headers
+        except httpx.TimeoutException:
+            raise _transient(f"the {title} token endpoint timed out") from None
+        except httpx.HTTPError as exc:
+            raise _transient(
+                f"could not reach the {title} token endpoint ({type(exc).__name__})"
+            ) from None
+        return parse_refresh(
+            client.family, status, headers, bytes(body), refresh_token=refresh_token,
+            now=datetime.now(UTC), secrets=(client.client_secret,),
+        )
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=self._timeout, follow_redirects=False, trust_env=False,
+                transport=self._transport,
+            )
+        return self._http
+
+
+def _transient(message: str) -> ProviderError:
+    return ProviderError(
+        QueryState.FAILED, f"{message}; the account stays connected, try again later",
+        retryable=True,
+    )
