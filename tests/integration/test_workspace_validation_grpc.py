@@ -212,6 +212,29 @@ async def test_slack_scopes_reach_file_search(fakes: FakeProviders, tmp_path: Pa
             assert [f for f, _ in decode(caught.value).violations] == [field]
 
 
+async def test_slack_scopes_without_public_search_fail_naming_it_and_keep_the_card(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    fakes.slack.add_message("C1", "general", "200.000000", "roadmap review")
+    async with serving(fakes, tmp_path) as client:
+        account = (await _connect(
+            client, SLACK, fakes.slack.token, name="dm only", scopes=("search:read.im",),
+        )).account.account_id
+        statuses, (page,) = await client.run(
+            pb.SearchWorkspaceRequest(queries=[q("roadmap", account_id=account)])
+        )
+        listed = await client.search.ListAccounts(pb.ListAccountsRequest(),
+                                                  metadata=client.metadata)
+    (status,) = statuses
+    assert status.state == pb.QUERY_STATE_FAILED  # a missing scope, not a refused credential
+    assert "search:read.public" in status.message
+    assert [c.provider for c in page.cards] == [SLACK]
+    assert fakes.slack.requests["/api/assistant.search.context"] == 0  # no call was sent
+    (shown,) = listed.accounts
+    assert shown.state == pb.ACCOUNT_STATE_CONNECTED
+    assert shown.HasField("card")
+
+
 # ---- Atlassian basic auth -------------------------------------------------------------------
 
 

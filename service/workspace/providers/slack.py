@@ -31,7 +31,11 @@ from service.workspace.providers._common import (
     text,
     unquoted,
 )
-from service.workspace.statuses import DEFAULT_RETRY_AFTER, retry_after_seconds
+from service.workspace.statuses import (
+    DEFAULT_RETRY_AFTER,
+    missing_scope_error,
+    retry_after_seconds,
+)
 
 DEFAULT_BASE_URL = "https://slack.com"
 KINDS: tuple[Kind, ...] = ()
@@ -105,10 +109,9 @@ def build_request(query: ProviderQuery, scopes: tuple[str, ...] = ()) -> dict[st
     """JSON body of `assistant.search.context`; NEEDS_RECONNECT when RTS scopes are missing."""
     types = channel_types(scopes)
     if not types or (scopes and "search:read.public" not in scopes):
-        raise ProviderError(
-            QueryState.NEEDS_RECONNECT,
-            "Slack search needs the search:read.public scope; reconnect Slack",
-        )
+        # The credential works; it only lacks a scope: a permission failure that names it,
+        # not NEEDS_RECONNECT (which would hide the account's card and guidance).
+        raise missing_scope_error(["search:read.public"], "Slack search")
     body: dict[str, Any] = {
         "query": _query_text(query),
         "channel_types": ",".join(types),

@@ -32,10 +32,12 @@ def test_unknown_scopes_search_every_channel_type() -> None:
     assert body["content_types"] == "messages"
 
 
-def test_missing_search_scope_needs_reconnect_without_a_call() -> None:
+def test_missing_search_scope_is_a_permission_failure_naming_it_without_a_call() -> None:
     with pytest.raises(ProviderError) as caught:
         slack.build_request(ProviderQuery("x"), ("channels:read",))
-    assert caught.value.state is QueryState.NEEDS_RECONNECT
+    assert caught.value.state is QueryState.FAILED
+    assert not caught.value.retryable
+    assert "search:read.public" in caught.value.message
 
 
 def test_empty_query_with_dates_uses_widened_day_modifiers() -> None:
