@@ -118,6 +118,11 @@ class Settings:
     provider_request_timeout: float = field(
         default=10.0, metadata=_doc("Seconds per provider HTTP request (capped by deadline).")
     )
+    shared_provider_waits: bool = field(
+        default=True,
+        metadata=_doc("Keep a provider's rate-limit wait in the store for every caller and "
+                      "replica (false: only the query and its page token wait)."),
+    )
     grace_period: float = field(
         default=10.0, metadata=_doc("Seconds open calls may finish after SIGTERM.")
     )

@@ -14,6 +14,7 @@ from service.settings import OAUTH_FAMILIES, Settings, SettingsError
 from service.store.base import Store
 from service.workspace.accounts import AccountManager
 from service.workspace.engine import EngineSettings, WorkspaceEngine
+from service.workspace.limits import RateLimits
 from service.workspace.model import ProviderId
 from service.workspace.oauth import Family, OAuthClient
 from service.workspace.providers import REGISTRY
@@ -109,7 +110,10 @@ def build_workspace_servicers(
         clients, ManagerStore(accounts), timeout=settings.provider_request_timeout,
         observer=on_refresh,
     )
-    engine = WorkspaceEngine(accounts, signer, settings=engine_settings, renewer=refresher)
+    engine = WorkspaceEngine(
+        accounts, signer, settings=engine_settings, renewer=refresher,
+        limits=RateLimits(store) if settings.shared_provider_waits else None,
+    )
     if closers is not None:
         closers.append(engine.aclose)  # provider connections are kept between calls
         closers.append(refresher.aclose)  # after refreshes in flight have stored their tokens

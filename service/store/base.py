@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -373,5 +373,26 @@ class Store(Protocol):
         """Replace an account's sealed credentials in place; False when `tenant` has none.
 
         `needs_reconnect` sets the flag too; None keeps it as it is.
+        """
+        ...
+
+    async def record_rate_limit(
+        self, account_id: str, resource: str, until: float, *, now: float
+    ) -> None:
+        """Remember that the provider asked not to call `resource` of the account before
+        `until` (unix seconds; the later wait wins); waits over by `now` are dropped."""
+        ...
+
+    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
+        """The account's waits still running at `now`: resource -> until (unix seconds)."""
+        ...
+
+    async def refresh_account_credentials(
+        self, tenant: str, account_id: str,
+        refresh: Callable[[bytes], Awaitable[bytes | None]],
+    ) -> bytes | None:
+        """Run `refresh(stored sealed credentials)` holding a lock on the account that every
+        replica sharing the database respects, and commit the blob it returns (None: keep)
+        before releasing it. Returns the blob stored at the end; None for an unknown account.
         """
         ...

@@ -268,6 +268,33 @@ class AccountManager:
         assert view is not None  # _record only returns accounts of known providers
         return view
 
+    async def refresh_credentials(
+        self, account: Account,
+        refresh: Callable[[Credentials], Awaitable[Credentials | None]],
+    ) -> Credentials:
+        """Run `refresh(stored credentials)` under the store's account lock (shared by every
+        replica) and commit what it returns (None: keep them); the credentials stored at the end.
+
+        Raises NotFound when the account is gone, ValueError when the stored blob does not open
+        and InvalidArgument when `refresh` returns credentials that cannot be stored.
+        """
+        bound = bound_to(account.tenant, account.account_id, account.provider.value)
+
+        async def sealed_refresh(sealed: bytes) -> bytes | None:
+            fresh = await refresh(self._sealer.open(sealed, bound))
+            if fresh is None:
+                return None
+            _raise_invalid(check_credentials(fresh))
+            fresh = replace(fresh, scopes=tuple(dict.fromkeys(fresh.scopes)))
+            return self._sealer.seal(fresh, bound)
+
+        stored = await self._store.refresh_account_credentials(
+            account.tenant, account.account_id, sealed_refresh
+        )
+        if stored is None:
+            raise _account_not_found()
+        return self._sealer.open(stored, bound)
+
     async def _record(self, tenant: str, account_id: str) -> AccountRecord:
         """The tenant's account of a provider this build knows; NotFound otherwise."""
         for record in await self._store.list_accounts(tenant):

@@ -19,6 +19,7 @@ from service.workspace.accounts import AccountManager
 from service.workspace.events import AccountListing, ListedAccount, QueryStatus, SearchEvent
 from service.workspace.fanout import Call, FanoutSettings
 from service.workspace.guidance import guidance_for
+from service.workspace.limits import RateLimits
 from service.workspace.lists import ListRun
 from service.workspace.model import ProviderId, QueryState
 from service.workspace.pager import Pager, PagerSettings
@@ -87,8 +88,10 @@ class WorkspaceEngine:
         registry: Mapping[ProviderId, ProviderSpec] = REGISTRY,
         settings: EngineSettings = EngineSettings(),
         renewer: Renewer | None = None,
+        limits: RateLimits | None = None,
     ) -> None:
         self._accounts = accounts
+        self._limits = limits  # rate-limit waits shared through the store (None: per call)
         self._renewer = renewer  # renews expiring access tokens (None: accounts never renew)
         self._signer = signer
         self._registry = registry
@@ -141,6 +144,7 @@ class WorkspaceEngine:
         call = Call(
             tenant, snapshot, self._accounts, self._settings.fanout(),
             self._provider_deadline(deadline), pools=self._pools, renewer=self._renewer,
+            limits=self._limits,
         )
         try:
             pager = Pager(plan, runs, call, self._signer, self._registry, self._settings.pager())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from service import tracing
 from service.workspace.accounts import AccountManager, AccountSnapshot
 from service.workspace.http import AccountSession, HttpClient
+from service.workspace.limits import AccountLimits, RateLimits
 from service.workspace.lists import ListRun, Vote
 from service.workspace.model import Account, NativeDocument, ProviderError, QueryState
 from service.workspace.pool import PoolRegistry
@@ -57,8 +58,11 @@ class Call:
         *,
         pools: PoolRegistry | None = None,
         renewer: Renewer | None = None,
+        limits: RateLimits | None = None,
     ) -> None:
         self.deadline = deadline
+        self._limits = limits
+        self._opened: dict[str, AccountLimits] = {}
         self._renewer = renewer
         self._tenant = tenant
         self._snapshot = snapshot
@@ -116,6 +120,7 @@ class Call:
         self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
     ) -> None:
         async with self._gate:
+            await self._open_limits(runs[0].slot.account)
             if len(runs) == 1:  # no task group for one query: a task and a group less
                 await self._one(runs[0], queue)
                 return
@@ -136,6 +141,7 @@ class Call:
                 )
             page = await run.search_fn()(run.http, run.provider_query())
         except ProviderError as error:
+            await self._share_limit(run, error)
             run.fail(error, now=time.time())
         except Exception:
             log.exception("provider %s search failed", run.spec.id.value)
@@ -145,6 +151,12 @@ class Call:
             self._prefetch(run, votes)
         await self._track_reconnect(run)
         queue.put_nowait((run, votes))
+
+    async def _share_limit(self, run: ListRun, error: ProviderError) -> None:
+        """Share a rate limit the provider module read from an answer's body."""
+        session = self._sessions.get(run.slot.account.account_id)
+        if isinstance(session, AccountSession) and run.http is not None:
+            await session.share_limit(run.http.last_url, error)
 
     def _prefetch(self, run: ListRun, votes: Sequence[Vote]) -> None:
         """Start reading the details of the list's first stubs, overlapping fusion's wait."""
@@ -156,6 +168,14 @@ class Call:
                 task = asyncio.create_task(details(hydrate, run.http, vote.doc))
                 run.prefetched[vote.key] = task
                 self._tasks.add(task)
+
+    async def _open_limits(self, account: Account) -> None:
+        """Read the account's shared rate-limit waits once per call, before its session."""
+        if self._limits is None or account.account_id in self._opened:
+            return
+        self._opened[account.account_id] = await self._limits.open(
+            account.account_id, now=time.time()
+        )
 
     def _session(self, account: Account) -> AccountSession:
         known = self._sessions.get(account.account_id)
@@ -176,6 +196,7 @@ class Call:
                 allow_insecure_http=self._settings.allow_insecure_http,
                 pool=self._pools.pool(account, credentials) if self._pools else None,
                 renewer=self._renewer,
+                limits=self._opened.get(account.account_id),
             )
         except ProviderError as error:
             self._sessions[account.account_id] = error

@@ -13,14 +13,12 @@ scans every connection per request), aiohttp ~0.2 ms. A session runs over an `Ac
 from __future__ import annotations
 
 import asyncio
-import functools
 import json as jsonlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import aiohttp
 import httpx
@@ -28,10 +26,21 @@ import yarl
 
 from service import tracing
 from service.workspace.error_bodies import read_prefix, secrets_of
+from service.workspace.http_wire import (
+    JsonResponse,
+    Params,
+    RawResponse,
+    decode_json,
+    failed,
+    origin,
+    transient,
+    with_query,
+)
+from service.workspace.limits import AccountLimits, resource_of
 from service.workspace.model import Account, Credentials, ProviderError, QueryState
 from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool, client_session
 from service.workspace.renewal import Renewer, SessionCredential, expired_in_body, send_renewing
-from service.workspace.statuses import retry_after_seconds, status_error
+from service.workspace.statuses import rate_limited_error, retry_after_seconds, status_error
 
 __all__ = [
     "AccountSession",
@@ -45,81 +54,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Params = Mapping[str, str | int | Sequence[str]]
 T = TypeVar("T")
 
 BUDGET_MESSAGE = "request budget reached; narrow the query"
 TIMEOUT_MESSAGE = "provider search timed out; narrow the query"
 _READ_CHUNK = 64 * 1024
-
-
-@dataclass(frozen=True)
-class JsonResponse:
-    """A successful provider answer: status, headers (case-insensitive) and decoded JSON."""
-
-    status: int
-    headers: Mapping[str, str]
-    data: Any
-
-
-@dataclass(frozen=True)
-class RawResponse:
-    """A successful non-JSON provider answer (a Gmail batch): status, headers and raw body."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
-def _failed(message: str) -> ProviderError:
-    return ProviderError(QueryState.FAILED, message)
-
-
-def _transient(message: str) -> ProviderError:
-    """FAILED, but the same request may well succeed later (paging retries it)."""
-    return ProviderError(QueryState.FAILED, message, retryable=True)
-
-
-@functools.lru_cache(maxsize=4096)
-def _quoted(text: str) -> str:
-    """Percent-encoded query component (names and values repeat across calls: cached)."""
-    return quote(text, safe="")
-
-
-def _query_string(params: Params | None) -> str:
-    """`a=1&b=x%20y`, repeated keys for sequences, in the given order."""
-    pairs: list[str] = []
-    for key, value in (params or {}).items():
-        name = _quoted(key)
-        if isinstance(value, str | int):
-            pairs.append(f"{name}={_quoted(str(value))}")
-        else:
-            pairs.extend(f"{name}={_quoted(str(item))}" for item in value)
-    return "&".join(pairs)
-
-
-def _with_query(url: str, params: Params | None) -> str:
-    query = _query_string(params)
-    if not query:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}{query}"
-
-
-def _decode(body: bytes) -> Any:
-    if not body.strip():
-        raise _transient("provider returned an empty body where JSON was expected")
-    # Not orjson, although 3x faster: it reads integers beyond 64 bits as floats, silently.
-    try:
-        return jsonlib.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise _transient("provider returned malformed JSON") from None
-
-
-@functools.lru_cache(maxsize=1024)
-def _origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of a URL; parsed once per distinct URL (httpx parsing is slow)."""
-    parsed = httpx.URL(url)
-    return parsed.scheme, parsed.host, parsed.port
 
 
 class AccountSession:
@@ -135,15 +74,16 @@ class AccountSession:
         allow_insecure_http: bool = False,
         pool: AccountPool | None = None,
         renewer: Renewer | None = None,
+        limits: AccountLimits | None = None,
     ) -> None:
         try:
-            base = _origin(account.base_url)
+            base = origin(account.base_url)
         except (httpx.InvalidURL, TypeError, ValueError):
-            raise _failed("account base URL is not an http(s) URL") from None
+            raise failed("account base URL is not an http(s) URL") from None
         if base[0] not in ("https", "http") or not base[1]:
-            raise _failed("account base URL is not an http(s) URL")
+            raise failed("account base URL is not an http(s) URL")
         if base[0] == "http" and not allow_insecure_http:
-            raise _failed("account base URL must use https")
+            raise failed("account base URL must use https")
         self.account = account
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
@@ -152,6 +92,9 @@ class AccountSession:
         self._base = base
         self._base_text = account.base_url.rstrip("/")
         self.credential = SessionCredential(account, credentials, renewer)
+        self.limits = limits or AccountLimits(account.account_id)
+        # Limits already recorded (from a status, or a recorded wait): not shared again.
+        self._shared: weakref.WeakSet[ProviderError] = weakref.WeakSet()
         self._owns_pool = pool is None
         self._pool = pool or AccountPool()
         self._client: aiohttp.ClientSession | None = None
@@ -180,6 +123,25 @@ class AccountSession:
             return self._client
         return self._pool.client()
 
+    def check_limit(self, url: str) -> None:
+        """Raise RATE_LIMITED with the remaining delay when the provider asked (this or
+        another replica) not to call `url`'s resource yet (service.workspace.limits)."""
+        if not self.limits.blocking:
+            return
+        resource = resource_of(self.account.provider, yarl.URL(url, encoded=True).path)
+        wait = self.limits.wait(resource, now=time.time())
+        if wait is not None:
+            error = rate_limited_error("wait recorded for this account", wait)
+            self._shared.add(error)
+            raise error
+
+    async def share_limit(self, url: str, error: ProviderError) -> None:
+        """Block `url`'s resource for a RATE_LIMITED error's wait that a provider module read
+        from the 2xx body at `url` (Slack's `ok: false` `ratelimited`); others are recorded."""
+        if error.state is QueryState.RATE_LIMITED and url and error not in self._shared:
+            resource = resource_of(self.account.provider, yarl.URL(url, encoded=True).path)
+            await self.limits.record(resource, error, now=time.time())
+
     def resolve(self, path_or_url: str) -> str:
         """Absolute URL on the account's origin; another origin is refused."""
         if "://" not in path_or_url and not path_or_url.startswith("//"):
@@ -187,9 +149,9 @@ class AccountSession:
         try:
             url = httpx.URL(path_or_url)
         except httpx.InvalidURL:
-            raise _failed("provider URL is not valid") from None
+            raise failed("provider URL is not valid") from None
         if (url.scheme, url.host, url.port) != self._base:
-            raise _failed("refused to send credentials to another origin")
+            raise failed("refused to send credentials to another origin")
         return str(url)
 
     async def send(
@@ -212,7 +174,7 @@ class AccountSession:
         if json is not None:
             data = jsonlib.dumps(json, separators=(",", ":")).encode()
             merged["Content-Type"] = "application/json"
-        target = yarl.URL(_with_query(url, params), encoded=True)
+        target = yarl.URL(with_query(url, params), encoded=True)
         try:
             async with self._session().request(
                 method, target, data=data, headers=merged, allow_redirects=False
@@ -221,27 +183,32 @@ class AccountSession:
         except TimeoutError:
             raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
         except aiohttp.ClientPayloadError as exc:
-            raise _transient(f"provider response was cut off ({type(exc).__name__})") from None
+            raise transient(f"provider response was cut off ({type(exc).__name__})") from None
         except aiohttp.ClientError as exc:
-            raise _transient(f"could not reach provider ({type(exc).__name__})") from None
+            raise transient(f"could not reach provider ({type(exc).__name__})") from None
 
     async def _answer(
         self, method: str, target: yarl.URL, response: aiohttp.ClientResponse
     ) -> JsonResponse:
         if not 200 <= response.status < 300:
             logger.info("provider answered %s for %s %s", response.status, method, target.path)
+            now = time.time()
             error = status_error(
                 response.status,
                 response.headers,
-                now=time.time(),
+                now=now,
                 provider=self.account.provider,
                 body=await read_prefix(response.content, self.max_response_bytes),
                 secrets=secrets_of(self.credential.authorization),
             )
             assert error is not None  # every non-2xx status maps to an error
+            if error.state is QueryState.RATE_LIMITED:
+                resource = resource_of(self.account.provider, target.path, response.headers)
+                self._shared.add(error)
+                await self.limits.record(resource, error, now=now)
             raise error
         body = await self._read_capped(response)
-        data = None if response.status == 204 else _decode(body)
+        data = None if response.status == 204 else decode_json(body)
         return JsonResponse(response.status, response.headers, data)
 
     async def send_raw(
@@ -258,31 +225,31 @@ class AccountSession:
                 if not 200 <= response.status < 300:
                     # The shared mapping raises for every non-2xx answer.
                     await self._answer("POST", target, response)
-                    raise _failed(f"provider request failed (HTTP {response.status})")
+                    raise failed(f"provider request failed (HTTP {response.status})")
                 raw = await self._read_capped(response)
                 return RawResponse(response.status, response.headers, raw)
         except TimeoutError:
             raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
         except aiohttp.ClientPayloadError as exc:
-            raise _transient(f"provider response was cut off ({type(exc).__name__})") from None
+            raise transient(f"provider response was cut off ({type(exc).__name__})") from None
         except aiohttp.ClientError as exc:
-            raise _transient(f"could not reach provider ({type(exc).__name__})") from None
+            raise transient(f"could not reach provider ({type(exc).__name__})") from None
 
     async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
         declared = response.content_length
         if declared is not None and declared > self.max_response_bytes:
-            raise _failed("provider response is too large")
+            raise failed("provider response is too large")
         if declared is not None:  # the common case: one read of the announced length
             try:
                 return await response.content.readexactly(declared)
             except asyncio.IncompleteReadError:
-                raise _transient("provider response was cut off (IncompleteReadError)") from None
+                raise transient("provider response was cut off (IncompleteReadError)") from None
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.content.iter_chunked(_READ_CHUNK):
             size += len(chunk)
             if size > self.max_response_bytes:
-                raise _failed("provider response is too large")
+                raise failed("provider response is too large")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -307,6 +274,8 @@ class HttpClient:
         self._budget = budget
         self._deadline = deadline
         self.requests_made = 0
+        # Of the latest 2xx answer: the resource a limit an adapter reads from its body is for.
+        self.last_url = ""
 
     @property
     def base_url(self) -> str:
@@ -344,8 +313,9 @@ class HttpClient:
         """Send one request within budget and deadline; return status, headers and JSON. A
         renewable token is renewed when due, and once after a refusal (see renewal.py)."""
         url = self._session.resolve(path_or_url)
+        self._session.check_limit(url)
         provider = self._session.account.provider
-        return await send_renewing(
+        response = await send_renewing(
             self._session.credential,
             lambda: self._once(method, lambda: self._session.send(
                 method, url, params=params, json=json, headers=headers
@@ -353,6 +323,8 @@ class HttpClient:
             time_left=self._timeout,
             expired=lambda response: expired_in_body(provider, response.data),
         )
+        self.last_url = url
+        return response
 
     async def post_raw(
         self,
@@ -365,7 +337,8 @@ class HttpClient:
         """POST a non-JSON body (a Gmail multipart batch) as one request within budget and
         deadline; return the raw 2xx answer (other answers raise, and renew, as in `request`)."""
         url = self._session.resolve(path_or_url)
-        return await send_renewing(
+        self._session.check_limit(url)
+        response = await send_renewing(
             self._session.credential,
             lambda: self._once("POST", lambda: self._session.send_raw(
                 url, body=body, content_type=content_type, headers=headers
@@ -373,11 +346,13 @@ class HttpClient:
             time_left=self._timeout,
             expired=lambda _: False,
         )
+        self.last_url = url
+        return response
 
     async def _once(self, method: str, send: Callable[[], Awaitable[T]]) -> T:
         """One provider request within the query's budget and deadline."""
         if self.requests_made >= self._budget:
-            raise _transient(BUDGET_MESSAGE)
+            raise transient(BUDGET_MESSAGE)
         timeout = self._timeout()
         self.requests_made += 1
         try:
@@ -425,7 +400,7 @@ class HttpClient:
 
     async def get_json_memo(self, path: str, *, params: Params | None = None) -> Any:
         """GET through the account's memo (site lists, member projects), shared across calls."""
-        key = _with_query(self._session.resolve(path), params)
+        key = with_query(self._session.resolve(path), params)
         cached = self._session.memo_get(key)
         if cached is not None:
             return cached

@@ -1,14 +1,16 @@
-"""Access-token refresh for accounts with a refresh token: single-flight per account, in-process.
+"""Access-token refresh for accounts with a refresh token: single-flight per account, across
+processes.
 
 A session asks `TokenRefresher.renew` ahead of expiry (`due`) or after the provider refused the
-access token. Under one lock per account the refresher re-reads the stored credentials (another
-query may have refreshed already), calls the family's token endpoint (service.workspace.oauth),
-and stores the new credentials (a rotated refresh token included) before anyone uses them. The
-exchange and the write run in their own task, so a query cancelled meanwhile (its deadline)
-never loses a rotated refresh token. A failed refresh is remembered for a few seconds (or the
-provider's wait), so the queries queued behind it get its answer without another request.
-
-Not covered: several processes refreshing one rotating token (no cross-process lock yet).
+access token. Under one lock per account in this process, and then the store's account lock
+that every replica sharing the database respects (a row lock on PostgreSQL, a file lock on
+SQLite), the refresher re-reads the stored credentials (another query or replica may have
+refreshed already), calls the family's token endpoint (service.workspace.oauth), and commits
+the new credentials (a rotated refresh token included) before the lock is released and anyone
+uses them. The exchange and the write run in their own task, so a query cancelled meanwhile
+(its deadline) never loses a rotated refresh token. A failed refresh is remembered for a few
+seconds (or the provider's wait), so the queries queued behind it get its answer without
+another request.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -70,18 +72,22 @@ class CredentialStore(Protocol):
         """The credentials stored now (raise ProviderError when they cannot be read)."""
         ...
 
-    async def save(self, account: Account, credentials: Credentials) -> None:
-        """Store (and commit) refreshed credentials."""
+    async def exclusive(
+        self, account: Account,
+        refresh: Callable[[Credentials], Awaitable[Credentials | None]],
+    ) -> Credentials:
+        """Run `refresh(stored)` under the account's lock shared by every replica, commit what
+        it returns (None: keep them) before releasing it; the credentials stored at the end."""
         ...
 
 
 class _Manager(Protocol):
     async def snapshot(self, tenant: str) -> _Snapshot: ...
 
-    async def replace_credentials(
-        self, tenant: str, account_id: str, credentials: Credentials, *,
-        clear_reconnect: bool = True,
-    ) -> object: ...
+    async def refresh_credentials(
+        self, account: Account,
+        refresh: Callable[[Credentials], Awaitable[Credentials | None]],
+    ) -> Credentials: ...
 
 
 class _Snapshot(Protocol):
@@ -104,14 +110,17 @@ class ManagerStore:
         except ValueError:
             raise ProviderError(QueryState.NEEDS_RECONNECT, SEALED) from None
 
-    async def save(self, account: Account, credentials: Credentials) -> None:
-        """Seal and store the refreshed credentials (NEEDS_RECONNECT is left to the search)."""
+    async def exclusive(
+        self, account: Account,
+        refresh: Callable[[Credentials], Awaitable[Credentials | None]],
+    ) -> Credentials:
+        """`refresh` under the store's account lock; NEEDS_RECONNECT is left to the search."""
         try:
-            await self._manager.replace_credentials(
-                account.tenant, account.account_id, credentials, clear_reconnect=False
-            )
+            return await self._manager.refresh_credentials(account, refresh)
         except NotFound:
             raise ProviderError(QueryState.FAILED, "the account was disconnected") from None
+        except ValueError:
+            raise ProviderError(QueryState.NEEDS_RECONNECT, SEALED) from None
         except InvalidArgument as error:
             log.warning("refreshed credentials of account %s were refused: %s",
                         account.account_id, error)
@@ -214,7 +223,35 @@ class TokenRefresher:
                     f"client to refresh it (SEARCH_OAUTH_{family.upper()}_CLIENT_ID); "
                     "reconnect the account",
                 )
-            return await self._refresh(key, account, client, stored)
+            return await self._refresh_shared(key, account, client, stored)
+
+    async def _refresh_shared(
+        self, key: str, account: Account, client: OAuthClient, seen: Credentials
+    ) -> Credentials:
+        """Refresh under the store's account lock, unless another replica already did."""
+        refreshed: list[Credentials] = []
+
+        async def refresh(stored: Credentials) -> Credentials | None:
+            if (stored.token, stored.refresh_token) != (seen.token, seen.refresh_token):
+                return None  # replaced (by another replica) since this process read them
+            if not stored.refreshable:
+                return None
+            refreshed.append(await self._refresh(key, account, client, stored))
+            return refreshed[-1]
+
+        provider = account.provider.value
+        try:
+            current = await self._store.exclusive(account, refresh)
+        except ProviderError as error:
+            if refreshed:  # the provider answered but the new credentials were not stored
+                self._observe(provider, error.state.value)
+            raise
+        if refreshed:
+            self._observe(provider, "ok")
+            log.info("access token refreshed: account=%s provider=%s rotated=%s",
+                     account.account_id, provider,
+                     refreshed[-1].refresh_token != seen.refresh_token)
+        return current
 
     async def _refresh(
         self, key: str, account: Account, client: OAuthClient, stored: Credentials
@@ -236,22 +273,13 @@ class TokenRefresher:
                         account.account_id, provider, error.message)
             raise
         self._failures.pop(key, None)
-        fresh = replace(
+        return replace(
             stored,
             token=grant.access_token,
             refresh_token=grant.refresh_token,
             expires_at=grant.expires_at,
             scopes=grant.scopes or stored.scopes,
         )
-        try:
-            await self._store.save(account, fresh)  # committed before the new token is used
-        except ProviderError as error:
-            self._observe(provider, error.state.value)
-            raise
-        self._observe(provider, "ok")
-        log.info("access token refreshed: account=%s provider=%s rotated=%s",
-                 account.account_id, provider, grant.refresh_token != stored.refresh_token)
-        return fresh
 
     async def _exchange(self, client: OAuthClient, refresh_token: str) -> TokenGrant:
         request = build_refresh(client, refresh_token)

@@ -29,6 +29,10 @@ async def test_a_thousand_random_provider_faults_fail_no_call(
     env = server_env(fakes) | {
         "SEARCH_EMBEDDER": "none",
         "SEARCH_PROVIDER_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT),
+        # Each fault is planted for one query and checked against that query's state; a
+        # shared wait would (rightly) turn later queries of that account RATE_LIMITED too.
+        # Sharing is tested in test_workspace_rate_limits.py.
+        "SEARCH_SHARED_PROVIDER_WAITS": "false",
     }
     async with running_server(tmp_path, env) as app, channel_to(app) as channel:
         await connect_all(accounts_pb2_grpc.AccountServiceStub(channel), fakes)

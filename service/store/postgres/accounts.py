@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -84,3 +85,28 @@ async def replace_credentials(
     """Store new sealed credentials (and the flag unless None); False for an unknown account."""
     status = await conn.execute(REPLACE_CREDENTIALS, tenant, account_id, sealed, needs)
     return status != "UPDATE 0"
+
+
+# The row lock holds other replicas at this SELECT until the refresh commits or rolls back.
+LOCK_CREDENTIALS = """
+SELECT sealed_credentials FROM accounts WHERE tenant = $1 AND account_id = $2 FOR UPDATE"""
+UPDATE_CREDENTIALS = """
+UPDATE accounts SET sealed_credentials = $3 WHERE tenant = $1 AND account_id = $2"""
+
+
+async def refresh_credentials(
+    conn: Conn, tenant: str, account_id: str, refresh: Callable[[bytes], Awaitable[bytes | None]]
+) -> bytes | None:
+    """`refresh(stored)` under the account's row lock; stores what it returns (None: keep).
+
+    Call inside a transaction. Returns the sealed credentials stored at the end, or None for
+    an unknown account.
+    """
+    sealed = await conn.fetchval(LOCK_CREDENTIALS, tenant, account_id)
+    if sealed is None:
+        return None
+    fresh = await refresh(bytes(sealed))
+    if fresh is None:
+        return bytes(sealed)
+    await conn.execute(UPDATE_CREDENTIALS, tenant, account_id, fresh)
+    return fresh

@@ -138,6 +138,14 @@ CREATE TABLE accounts (
     PRIMARY KEY (account_id)
 )"""
 _ACCOUNTS_TENANT = "CREATE INDEX accounts_tenant_idx ON accounts (tenant, created_at)"
+# Provider waits shared by replicas (service.workspace.limits); `until` in unix seconds.
+_RATE_LIMITS = """
+CREATE TABLE rate_limits (
+    account_id text NOT NULL,
+    resource   text NOT NULL,
+    until      double precision NOT NULL,
+    PRIMARY KEY (account_id, resource)
+)"""
 # A malformed query becomes NULL instead of an error, so one statement can fall back to the
 # relaxed form (or to an empty lexical channel) without a savepoint or a second round trip.
 # PostgreSQL 16+ checks the syntax first (pg_input_is_valid), with no exception block and so
@@ -195,6 +203,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             _TRY_TSQUERY,
         ),
     ),
+    Migration(2, "rate_limits", (_RATE_LIMITS,)),
 )
 
 # Hash partitioning by project_id (SEARCH_PG_PARTITIONS, fixed when the schema is created):

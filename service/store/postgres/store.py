@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
@@ -26,7 +26,7 @@ from service.store.base import (
     StoreStats,
     plan_span_attributes,
 )
-from service.store.postgres import accounts, projects
+from service.store.postgres import accounts, limits, projects
 from service.store.postgres import writes as write_path
 from service.store.postgres.ann import AnnMaintainer
 from service.store.postgres.migrations import apply_migrations, ensure_vector_index
@@ -297,3 +297,22 @@ class PostgresStore:
             return await accounts.replace_credentials(
                 conn, tenant, account_id, sealed_credentials, needs_reconnect
             )
+
+    async def record_rate_limit(
+        self, account_id: str, resource: str, until: float, *, now: float
+    ) -> None:
+        """Remember a provider's wait for the account's resource (the later wait wins)."""
+        async with self._db.connection() as conn:
+            await limits.record(conn, account_id, resource, until, now)
+
+    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
+        """The account's waits still running at `now`: resource -> until (unix seconds)."""
+        return await self._db.run(lambda conn: limits.active(conn, account_id, now))
+
+    async def refresh_account_credentials(
+        self, tenant: str, account_id: str,
+        refresh: Callable[[bytes], Awaitable[bytes | None]],
+    ) -> bytes | None:
+        """Run `refresh(sealed)` under the account's row lock and commit what it returns."""
+        async with self._db.transaction() as conn:
+            return await accounts.refresh_credentials(conn, tenant, account_id, refresh)

@@ -87,3 +87,27 @@ def replace_credentials(
     with immediate(conn):
         conn.execute(REPLACE_CREDENTIALS, (bytes(sealed), flag, tenant, account_id))
         return conn.changes() > 0
+
+
+READ_CREDENTIALS = "SELECT sealed_credentials FROM accounts WHERE tenant = ? AND account_id = ?"
+# Only over the blob the refresh started from: credentials replaced meanwhile (by a user) win.
+SWAP_CREDENTIALS = """
+UPDATE accounts SET sealed_credentials = ?
+WHERE tenant = ? AND account_id = ? AND sealed_credentials = ?
+"""
+
+
+def read_credentials(conn: apsw.Connection, tenant: str, account_id: str) -> bytes | None:
+    """The account's sealed credentials; None for an unknown account."""
+    for row in conn.execute(READ_CREDENTIALS, (tenant, account_id)):
+        return bytes(row[0])
+    return None
+
+
+def swap_credentials(
+    conn: apsw.Connection, tenant: str, account_id: str, old: bytes, new: bytes
+) -> bytes | None:
+    """Replace `old` by `new`; returns the sealed credentials stored afterwards."""
+    with immediate(conn):
+        conn.execute(SWAP_CREDENTIALS, (bytes(new), tenant, account_id, bytes(old)))
+        return read_credentials(conn, tenant, account_id)

@@ -94,6 +94,18 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX accounts_tenant ON accounts (tenant, created_at)",
         ),
     ),
+    (
+        2,
+        "rate_limits",
+        (
+            """CREATE TABLE rate_limits (
+                account_id TEXT NOT NULL,
+                resource TEXT NOT NULL,
+                until INTEGER NOT NULL,
+                PRIMARY KEY (account_id, resource)
+            )""",
+        ),
+    ),
 )
 
 CREATE_MIGRATIONS_TABLE = """

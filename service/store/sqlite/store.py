@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,9 +28,10 @@ from service.store.base import (
     StoreStats,
     plan_span_attributes,
 )
-from service.store.sqlite import accounts, reads
+from service.store.sqlite import accounts, limits, reads
 from service.store.sqlite import writes as write_path
 from service.store.sqlite.connection import ConnectionPool
+from service.store.sqlite.file_lock import file_lock
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex, migrate, prepare_vector_index
 from service.store.sqlite.search import check_plan, run_search
@@ -92,6 +94,7 @@ class SqliteStore:
         self._reads = 0
         self._index = VectorIndex(None, False)
         self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
+        self._memory_refresh = asyncio.Lock()  # ':memory:' has no file to lock
 
     @property
     def path(self) -> Path:
@@ -267,3 +270,38 @@ class SqliteStore:
                 conn, tenant, account_id, sealed_credentials, needs_reconnect
             )
         )
+
+    async def record_rate_limit(
+        self, account_id: str, resource: str, until: float, *, now: float
+    ) -> None:
+        """Remember a provider's wait for the account's resource (the later wait wins)."""
+        await self._writer.run(
+            lambda conn: limits.record(conn, account_id, resource, until, now)
+        )
+
+    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
+        """The account's waits still running at `now`: resource -> until (unix seconds)."""
+        return await self._readers.run(lambda conn: limits.active(conn, account_id, now))
+
+    async def refresh_account_credentials(
+        self, tenant: str, account_id: str,
+        refresh: Callable[[bytes], Awaitable[bytes | None]],
+    ) -> bytes | None:
+        """Run `refresh(sealed)` under a lock shared by every process on this file; store it."""
+        if str(self._path) == ":memory:":
+            lock: contextlib.AbstractAsyncContextManager[None] = self._memory_refresh
+        else:
+            real = self._path.resolve()  # one lock file however a process names the file
+            lock = file_lock(real.with_name(real.name + "-refresh.lock"))
+        async with lock:
+            sealed = await self._writer.run(
+                lambda conn: accounts.read_credentials(conn, tenant, account_id)
+            )
+            if sealed is None:
+                return None
+            fresh = await refresh(sealed)
+            if fresh is None:
+                return sealed
+            return await self._writer.run(
+                lambda conn: accounts.swap_credentials(conn, tenant, account_id, sealed, fresh)
+            )

@@ -368,6 +368,7 @@ async def faults_scenario(
     env = server_env(fakes) | {
         "SEARCH_EMBEDDER": "none",
         "SEARCH_PROVIDER_REQUEST_TIMEOUT": str(request_timeout),
+        "SEARCH_SHARED_PROVIDER_WAITS": "false",  # one fault per query, checked per query
     }
     try:
         async with served(workdir, env) as server, grpc.aio.insecure_channel(

@@ -1,0 +1,34 @@
+"""Provider rate-limit waits shared by every process over the database file."""
+
+from __future__ import annotations
+
+import apsw
+
+from service.store.sqlite.values import immediate
+
+# MAX keeps the later wait when two processes record one resource.
+UPSERT_RATE_LIMIT = """
+INSERT INTO rate_limits (account_id, resource, until) VALUES (?, ?, ?)
+ON CONFLICT (account_id, resource) DO UPDATE SET until = MAX(until, excluded.until)
+"""
+PRUNE_RATE_LIMITS = "DELETE FROM rate_limits WHERE until <= ?"
+ACTIVE_RATE_LIMITS = "SELECT resource, until FROM rate_limits WHERE account_id = ? AND until > ?"
+
+
+def _micros(seconds: float) -> int:
+    return round(seconds * 1_000_000)
+
+
+def record(conn: apsw.Connection, account_id: str, resource: str, until: float, now: float) -> None:
+    """Upsert one wait (the later `until` wins) and drop the expired ones."""
+    with immediate(conn):
+        conn.execute(PRUNE_RATE_LIMITS, (_micros(now),))
+        conn.execute(UPSERT_RATE_LIMIT, (account_id, resource, _micros(until)))
+
+
+def active(conn: apsw.Connection, account_id: str, now: float) -> dict[str, float]:
+    """The account's waits still running at `now`: resource -> until (unix seconds)."""
+    return {
+        row[0]: row[1] / 1_000_000
+        for row in conn.execute(ACTIVE_RATE_LIMITS, (account_id, _micros(now)))
+    }
