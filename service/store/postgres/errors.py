@@ -27,7 +27,21 @@ _CLOSED_MARKERS = ("closed", "closing", "not connected", "connection was lost")
 
 
 def is_connection_lost(exc: BaseException) -> bool:
-    """True for failures meaning the connection (or the server behind it) went away."""
+    """True for failures meaning the connection (or the server behind it) went away.
+
+    Also an error raised while handling such a failure: a COPY cut by a dying server leaves
+    the protocol mid-operation, and the transaction's rollback then fails with "another
+    operation is in progress" (its context is the lost connection).
+    """
+    seen = 0
+    while exc is not None and seen < 4:
+        if _lost(exc):
+            return True
+        exc, seen = exc.__context__, seen + 1  # type: ignore[assignment]
+    return False
+
+
+def _lost(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.exceptions.InternalClientError):
         # The client's protocol state broke (seen when a server dies mid-statement).
         return True
