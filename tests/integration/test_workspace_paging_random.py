@@ -155,8 +155,8 @@ class Corpus:
             self.rng.choice(actions)()
 
 
-async def _run_once(world: World, seed: int) -> None:
-    rng = random.Random(seed)
+def _seeded(world: World, rng: random.Random) -> Corpus:
+    """Fresh fakes holding a random Slack, GitHub (issues and code) and Drive corpus."""
     world.fakes.reset()
     world.fakes.github.add_repo(REPO)
     corpus = Corpus(world.fakes, rng)
@@ -165,6 +165,12 @@ async def _run_once(world: World, seed: int) -> None:
         for _ in range(rng.randrange(low, high)):
             make()
     corpus.initial = corpus.urls()
+    return corpus
+
+
+async def _run_once(world: World, seed: int) -> None:
+    rng = random.Random(seed)
+    corpus = _seeded(world, rng)
     queries = [NativeQuery(ProviderId.SLACK, WORD), NativeQuery(ProviderId.GITHUB, WORD),
                NativeQuery(ProviderId.GOOGLE_DRIVE, WORD),
                NativeQuery(ProviderId.SLACK, f"{WORD} message")]
@@ -202,14 +208,7 @@ ONE_LIST = {  # provider -> the URL prefixes of its items
 async def _run_cursor_once(world: World, seed: int) -> None:
     """One query paged alone by its `next_cursor`, under the same changes and faults."""
     rng = random.Random(10_000 + seed)
-    world.fakes.reset()
-    world.fakes.github.add_repo(REPO)
-    corpus = Corpus(world.fakes, rng)
-    for make, low, high in ((corpus.add_message, 5, 45), (corpus.add_issue, 0, 25),
-                            (corpus.add_code, 0, 25), (corpus.add_file, 0, 30)):
-        for _ in range(rng.randrange(low, high)):
-            make()
-    corpus.initial = corpus.urls()
+    corpus = _seeded(world, rng)
     provider = list(ONE_LIST)[seed % len(ONE_LIST)]
     top_k = rng.randrange(3, 12)
     emitted: list[str] = []
