@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -83,16 +84,21 @@ class Client:
 
 
 @asynccontextmanager
-async def serving(fakes: FakeProviders, data_dir: Path) -> AsyncIterator[Client]:
-    """A real gRPC server (the service's interceptor and servicers) on port 0."""
-    settings = Settings.from_mapping({"SEARCH_DATA_DIR": str(data_dir)})
+async def serving(
+    fakes: FakeProviders, data_dir: Path, *, env: Mapping[str, str] | None = None,
+    **wiring: Any,
+) -> AsyncIterator[Client]:
+    """A real gRPC server (the service's interceptor and servicers) on port 0; `env` adds
+    settings, `wiring` passes options to build_workspace_servicers."""
+    settings = Settings.from_mapping({"SEARCH_DATA_DIR": str(data_dir), **(env or {})})
     store = SqliteStore(data_dir / "search.sqlite3", None)
     await store.open()
     overrides = ",".join(f"{f.name}={f.base_url}" for f in fakes.all() if f.name != "fake")
     closers: list[Callable[[], Awaitable[None]]] = []
     servicers = build_workspace_servicers(
         settings, store, TokenSigner(b"g" * 32), allow_insecure_http=True,
-        base_url_overrides=parse_base_urls(overrides), max_rounds_per_page=12, closers=closers,
+        base_url_overrides=parse_base_urls(overrides), closers=closers,
+        **{"max_rounds_per_page": 12, **wiring},
     )
     server = grpc.aio.server(interceptors=[ServiceInterceptor(Authenticator(AUTH), 64)])
     pb_grpc.add_WorkspaceSearchServiceServicer_to_server(

@@ -4,31 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
 from search_client.pb.search.v1 import accounts_pb2 as apb
-from search_client.pb.search.v1 import accounts_pb2_grpc as apb_grpc
 from search_client.pb.search.v1 import common_pb2 as cpb
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
-from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
-from service.api.interceptor import ServiceInterceptor
-from service.api.workspace_wiring import build_workspace_servicers, parse_base_urls
-from service.auth import Authenticator
 from service.fakes.oauth import Grant
 from service.fakes.suite import FakeProviders
 from service.metrics import Metrics
-from service.ranking.tokens import TokenSigner
-from service.settings import Settings
-from service.store.sqlite import SqliteStore
 from service.workspace.model import ProviderId
-from tests.integration.test_workspace_grpc import AUTH, Client
+from tests.integration.test_workspace_grpc import Client
+from tests.integration.test_workspace_grpc import serving as grpc_serving
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -38,38 +29,12 @@ DRIVE_QUERY = pb.NativeQuery(provider=DRIVE, text="name contains 'plan'")
 SLACK_QUERY = pb.NativeQuery(provider=SLACK, text="plan")
 
 
-@asynccontextmanager
-async def serving(
+def serving(
     fakes: FakeProviders, data_dir: Path, metrics: Metrics
-) -> AsyncIterator[Client]:
+) -> AbstractAsyncContextManager[Client]:
     """The service's servicers with OAuth clients pointing at the fake token endpoints."""
-    env = {"SEARCH_DATA_DIR": str(data_dir), **fakes.oauth_settings()}
-    settings = Settings.from_mapping(env)
-    store = SqliteStore(data_dir / "search.sqlite3", None)
-    await store.open()
-    overrides = ",".join(f"{f.name}={f.base_url}" for f in fakes.all())
-    closers: list[Callable[[], Awaitable[None]]] = []
-    servicers = build_workspace_servicers(
-        settings, store, TokenSigner(b"g" * 32), allow_insecure_http=True,
-        base_url_overrides=parse_base_urls(overrides), closers=closers,
-        on_refresh=metrics.token_refresh,
-    )
-    server = grpc.aio.server(interceptors=[ServiceInterceptor(Authenticator(AUTH), 64)])
-    pb_grpc.add_WorkspaceSearchServiceServicer_to_server(
-        servicers["search.v1.WorkspaceSearchService"], server
-    )
-    apb_grpc.add_AccountServiceServicer_to_server(servicers["search.v1.AccountService"], server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Client(pb_grpc.WorkspaceSearchServiceStub(channel),
-                         apb_grpc.AccountServiceStub(channel))
-    finally:
-        await server.stop(0)
-        for close in closers:
-            await close()
-        await store.close()
+    return grpc_serving(fakes, data_dir, env=fakes.oauth_settings(),
+                        on_refresh=metrics.token_refresh)
 
 
 async def connect(
