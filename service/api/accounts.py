@@ -61,4 +61,4 @@ class AccountServicer(pb_grpc.AccountServiceServicer):
 
     def _listed(self, view: AccountView) -> ListedAccount:
         spec = self._registry[view.account.provider]
-        return ListedAccount(view, spec.kinds, spec.card)
+        return ListedAccount(view, spec.kinds, spec.account_card(view.scopes))

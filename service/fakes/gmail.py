@@ -6,7 +6,8 @@ only) and optional headers; the answer is multipart/mixed with its own boundary,
 call in request order, each `HTTP/1.1 <status>` + headers + JSON, its Content-ID the request's
 prefixed `response-`. The outer answer is 200 unless the batch itself is refused (more than
 100 calls: 400; the fake's wording, not Google's). Outer headers (Authorization) apply to every
-part unless a part sets its own.
+part unless a part sets its own; with `parts_check_auth` a refused token is answered per part
+(401 in each) instead of refusing the batch request.
 
 Counting: `requests` counts each batched call under its own path too (Google meters every
 inner call), besides the `/batch/gmail/v1` request itself; `log` holds HTTP requests only, and
@@ -19,6 +20,7 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -29,6 +31,7 @@ from service.fakes.server import Request, Response
 
 BATCH_LIMIT = 100  # calls Gmail takes in one batch
 _ERRORS: dict[int, tuple[str, str, str]] = {  # status: (domain, reason, message), Google's
+    401: ("global", "authError", "Invalid Credentials"),
     403: ("usageLimits", "userRateLimitExceeded", "User Rate Limit Exceeded"),
     404: ("global", "notFound", "Requested entity was not found."),
     429: ("global", "rateLimitExceeded", "Too many concurrent requests for user."),
@@ -127,6 +130,18 @@ class FakeGmail(FakeProvider):
         self.read_faults: dict[str, list[ReadFault]] = {}
         self.delete_after_list: set[str] = set()
         self.batch_sizes: list[int] = []
+        # When set, the batch request itself is let through whatever its token and each inner
+        # call checks the (outer) Authorization: a refused token answers 401 in every part.
+        self.parts_check_auth = False
+        # Called once when the next batch request arrives, before its parts are answered (a
+        # test expires the tokens there: between the listing and the batch).
+        self.before_next_batch: Callable[[], None] | None = None
+
+    def authorized(self, request: Request) -> bool:
+        """The credential check; the batch request itself passes with `parts_check_auth`."""
+        if self.parts_check_auth and request.raw_path == "/batch/gmail/v1":
+            return True
+        return super().authorized(request)
 
     # ---- knobs ----------------------------------------------------------------------------
     def fail_reads(
@@ -241,6 +256,9 @@ class FakeGmail(FakeProvider):
             body["error"]["message"] = f"A batch takes at most {BATCH_LIMIT} calls."
             return Response.json(body, 400)
         self.batch_sizes.append(len(parts))
+        hook, self.before_next_batch = self.before_next_batch, None
+        if hook is not None:
+            hook()
         boundary = f"batch_{secrets.token_hex(8)}"
         chunks: list[bytes] = []
         for content_id, payload in parts:
@@ -262,7 +280,7 @@ class FakeGmail(FakeProvider):
             body = chosen.body if chosen.body is not None else google_error(chosen.status)
             return Response.json(body, chosen.status, chosen.headers)
         if not self.authorized(inner):
-            return self.unauthorized()
+            return self.refused(inner)
         for method, pattern, handler in self._routes:
             found = pattern.fullmatch(inner.raw_path)
             if found and method == inner.method and handler != self._batch:

@@ -1,4 +1,5 @@
-"""Fake Google Drive v3 `files.list` with a parser for the `q` grammar (bare words rejected)."""
+"""Fake Google Drive v3 `files.list` with a parser for the `q` grammar (bare words rejected)
+and the `corpora` a search covers (`user`, `drive`, `allDrives`)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,38 @@ def _compare(field: str, op: str, value: str) -> Predicate:
     raise QueryError(f"unsupported clause {field} {op}")
 
 
+CORPORA_REFUSED = (
+    "corpora drive needs driveId, and corpora drive or allDrives needs "
+    "includeItemsFromAllDrives=true and supportsAllDrives=true"
+)  # the fake's wording
+
+
+def invalid_parameter(location: str, message: str) -> Response:
+    """Drive's 400 for a parameter it refuses."""
+    error = {
+        "domain": "global", "reason": "invalid", "message": message,
+        "locationType": "parameter", "location": location,
+    }
+    return Response.json({"error": {"code": 400, "message": message, "errors": [error]}}, 400)
+
+
+def _corpus(request: Request) -> Predicate | None:
+    """The files `corpora` covers: `user` (the default) My Drive and files shared with the
+    user, `drive` one shared drive, `allDrives` both; None for parameters Drive refuses."""
+    corpora = request.arg("corpora", "user")
+    flags = all(
+        request.arg(name) == "true" for name in ("includeItemsFromAllDrives", "supportsAllDrives")
+    )
+    drive = request.arg("driveId")
+    if corpora == "user":
+        return lambda f: not f["driveId"]
+    if corpora == "allDrives" and flags:
+        return lambda f: True
+    if corpora == "drive" and flags and drive:
+        return lambda f: bool(f["driveId"] == drive)
+    return None
+
+
 class FakeDrive(FakeProvider):
     """Drive files, searched with the real `q` grammar."""
 
@@ -203,26 +236,11 @@ class FakeDrive(FakeProvider):
         try:
             predicate = _Parser(tokenize(request.arg("q", "trashed = false"))).parse()
         except QueryError:
-            return Response.json(
-                {
-                    "error": {
-                        "code": 400,
-                        "message": "Invalid Value",
-                        "errors": [
-                            {
-                                "domain": "global",
-                                "reason": "invalid",
-                                "message": "Invalid Value",
-                                "locationType": "parameter",
-                                "location": "q",
-                            }
-                        ],
-                    }
-                },
-                400,
-            )
-        drive = request.arg("driveId") if request.arg("corpora") == "drive" else ""
-        hits = [f for f in self.files if predicate(f) and (not drive or f["driveId"] == drive)]
+            return invalid_parameter("q", "Invalid Value")
+        corpus = _corpus(request)
+        if corpus is None:
+            return invalid_parameter("corpora", CORPORA_REFUSED)
+        hits = [f for f in self.files if predicate(f) and corpus(f)]
         hits.sort(key=lambda f: f["modifiedTime"], reverse=True)
         offset = token_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
         if offset is None:

@@ -101,6 +101,11 @@ class FakeTokenIssuer(FakeProvider):
         """Every refresh token stops working (the user revoked the app)."""
         self._dead_lineages.update(r.lineage for r in self._refresh.values())
 
+    def issued(self) -> set[str]:
+        """Every access and refresh token handed out since the last reset (tests grep for
+        them where no token may appear)."""
+        return set(self._access) | set(self._refresh) | self._revoked_access
+
     def state(self, access_token: str) -> str:
         """live, expired, revoked or unknown."""
         if access_token in self._revoked_access:
@@ -123,11 +128,27 @@ class FakeTokenIssuer(FakeProvider):
         self._refresh[refresh] = _Refresh(lineage)
         return Grant(access, refresh, datetime.fromtimestamp(expires, UTC))
 
-    def _form(self, request: Request) -> dict[str, str]:
-        if self.family == "atlassian":
+    def _form(self, request: Request) -> dict[str, str] | None:
+        """The grant's parameters as each server takes them (PROVIDERS-AUTH.md A); None for a
+        body it does not read. Atlassian: JSON. Google, GitLab: a form (RFC 6749). Slack:
+        either. GitHub: its docs show query parameters; a form body (what the service
+        sends) or JSON is read too, since which bodies it takes is unconfirmed."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        fields: dict[str, str] = {}
+        if self.family == "github":
+            fields.update({k: v[0] for k, v in request.query.items()})
+        json_ok = self.family in ("atlassian", "slack", "github")
+        form_ok = self.family != "atlassian"
+        if kind == "application/json" and json_ok:
             data = request.json()
-            return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-        return {k: v[0] for k, v in parse_qs(request.body.decode()).items()}
+            if not isinstance(data, dict):
+                return None
+            fields.update({str(k): str(v) for k, v in data.items()})
+        elif kind == "application/x-www-form-urlencoded" and form_ok:
+            fields.update({k: v[0] for k, v in parse_qs(request.body.decode()).items()})
+        elif request.body or not fields:
+            return None
+        return fields
 
     def _client_ok(self, request: Request, form: dict[str, str]) -> bool:
         header = request.headers.get("authorization", "")
@@ -140,6 +161,8 @@ class FakeTokenIssuer(FakeProvider):
 
     def _token(self, request: Request, _match: object) -> Response:
         form = self._form(request)
+        if form is None:
+            return self._error(request, "invalid_request", "Unsupported request body.", 400)
         if not self._client_ok(request, form):
             return self._error(request, "invalid_client", "Client authentication failed.", 401)
         if form.get("grant_type") != "refresh_token":

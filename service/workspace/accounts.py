@@ -60,14 +60,15 @@ class ConnectRequest:
 class AccountView:
     """An account as listed: never its credentials, only when they expire and if they renew.
 
-    Views in an `AccountSnapshot` leave `expires_at` and `refreshable` unset (a search does not
-    open every blob); `list_accounts`, `connect` and `replace_credentials` fill them.
+    Views in an `AccountSnapshot` leave `expires_at`, `refreshable` and `scopes` unset (a search
+    does not open every blob); `list_accounts`, `connect` and `replace_credentials` fill them.
     """
 
     account: Account
     created_at: datetime
     expires_at: datetime | None = None  # when the access token expires; None: unknown or never
     refreshable: bool = False  # a refresh token is stored
+    scopes: tuple[str, ...] = ()  # the granted scopes stored (empty: unknown or unset)
 
 
 class AccountSnapshot:
@@ -175,7 +176,8 @@ class AccountManager:
         if credentials is None:
             return AccountView(account, record.created_at)
         return AccountView(
-            account, record.created_at, credentials.expires_at, credentials.refreshable
+            account, record.created_at, credentials.expires_at, credentials.refreshable,
+            credentials.scopes,
         )
 
     async def snapshot(self, tenant: str) -> AccountSnapshot:
@@ -392,4 +394,7 @@ def _with_lifetime(snapshot: AccountSnapshot, view: AccountView) -> AccountView:
         credentials = snapshot.credentials(view.account)
     except ValueError:
         return view
-    return replace(view, expires_at=credentials.expires_at, refreshable=credentials.refreshable)
+    return replace(
+        view, expires_at=credentials.expires_at, refreshable=credentials.refreshable,
+        scopes=credentials.scopes,
+    )

@@ -106,7 +106,7 @@ class WorkspaceEngine:
         listed = []
         for view in views:
             spec = self._registry[view.account.provider]
-            card = None if view.account.needs_reconnect else spec.card
+            card = None if view.account.needs_reconnect else spec.account_card(view.scopes)
             listed.append(ListedAccount(view, spec.kinds, card))
         connected = {v.account.provider for v in views if not v.account.needs_reconnect}
         return AccountListing(tuple(listed), guidance_for(connected, self._registry))

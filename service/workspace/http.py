@@ -333,9 +333,12 @@ class HttpClient:
         body: bytes,
         content_type: str,
         headers: Mapping[str, str] | None = None,
+        refused: Callable[[RawResponse], bool] | None = None,
     ) -> RawResponse:
         """POST a non-JSON body (a Gmail multipart batch) as one request within budget and
-        deadline; return the raw 2xx answer (other answers raise, and renew, as in `request`)."""
+        deadline; return the raw 2xx answer (other answers raise, and renew, as in `request`).
+        `refused(answer)`: a 2xx answer that refuses the access token inside (a batch part's
+        401) renews it and sends once more, as a 401 would."""
         url = self._session.resolve(path_or_url)
         self._session.check_limit(url)
         response = await send_renewing(
@@ -344,7 +347,7 @@ class HttpClient:
                 url, body=body, content_type=content_type, headers=headers
             )),
             time_left=self._timeout,
-            expired=lambda _: False,
+            expired=refused or (lambda _: False),
         )
         self.last_url = url
         return response

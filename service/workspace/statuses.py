@@ -10,6 +10,7 @@ in its adapter.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -59,6 +60,8 @@ ATLASSIAN_SEARCH_SCOPES = {
     ProviderId.JIRA: "read:jira-work",
     ProviderId.CONFLUENCE: "search:confluence",
 }
+# An Atlassian scope named in a body: classic `read:jira-work`, granular `read:issue:jira`.
+ATLASSIAN_SCOPE = re.compile(r"\b(?:read|write|manage|delete|search|admin):[\w.-]+(?::[\w.-]+)*")
 # GitHub's words for a secondary limit (older answers say "abuse detection mechanism").
 GITHUB_SECONDARY_LIMIT = ("secondary rate limit", "abuse detection")
 
@@ -259,11 +262,17 @@ def _gitlab(answer: _Answer) -> ProviderError | None:
 
 
 def _atlassian(answer: _Answer) -> ProviderError | None:
-    """401 "scope does not match" is a missing scope (Atlassian sends it as a 401)."""
+    """401 "scope does not match" is a missing scope (Atlassian sends it as a 401), never an
+    expired token: no refresh. It names the scopes the body or challenge names, else the
+    scope the search needs."""
     if answer.status != 401 or "scope does not match" not in answer.said.lower():
         return None
-    scope = ATLASSIAN_SEARCH_SCOPES.get(answer.provider) if answer.provider else None
-    return missing_scope_error([scope] if scope else [], answer.where)
+    named = ATLASSIAN_SCOPE.findall(answer.said)
+    named += www_authenticate_scopes(answer.headers.get("www-authenticate", ""))
+    if not named:
+        scope = ATLASSIAN_SEARCH_SCOPES.get(answer.provider) if answer.provider else None
+        named = [scope] if scope else []
+    return missing_scope_error(list(dict.fromkeys(named))[:8], answer.where)
 
 
 _FAMILIES: dict[ProviderId, Callable[[_Answer], ProviderError | None]] = {

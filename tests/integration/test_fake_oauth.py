@@ -21,7 +21,8 @@ async def refresh(issuer: FakeTokenIssuer, token: str) -> httpx.Response:
     }
     async with httpx.AsyncClient() as client:
         if issuer.family == "atlassian":
-            return await client.post(issuer.token_url, content=json.dumps(fields))
+            return await client.post(issuer.token_url, content=json.dumps(fields),
+                                     headers={"Content-Type": "application/json"})
         return await client.post(issuer.token_url, data=fields)
 
 
@@ -59,6 +60,38 @@ async def test_github_answers_a_bad_refresh_token_with_http_200_form(
     assert reused.status_code == 200
     assert reused.text.startswith("error=bad_refresh_token")
     assert issuer.state(grant.access_token) == "revoked"  # the old access token went too
+
+
+async def test_github_takes_query_parameters_and_answers_json_when_asked(
+    fakes: FakeProviders,
+) -> None:
+    issuer = fakes.issuer(ProviderId.GITHUB)
+    grant = issuer.grant()
+    params = {
+        "grant_type": "refresh_token", "refresh_token": grant.refresh_token,
+        "client_id": issuer.client_id, "client_secret": issuer.client_secret,
+    }
+    async with httpx.AsyncClient() as client:  # as github/docs shows the request
+        answer = await client.post(issuer.token_url, params=params,
+                                   headers={"Accept": "application/json"})
+        assert answer.headers["content-type"].startswith("application/json")
+        assert answer.json()["refresh_token"].startswith("rt-github-")
+        plain = await client.post(issuer.token_url, data={**params, "refresh_token": "nope"})
+        assert plain.headers["content-type"] == "application/x-www-form-urlencoded"  # default
+        assert plain.text.startswith("error=bad_refresh_token")
+
+
+async def test_token_endpoints_read_only_the_bodies_their_servers_take(
+    fakes: FakeProviders,
+) -> None:
+    atlassian, google = fakes.issuer(ProviderId.JIRA), fakes.issuer(ProviderId.GMAIL)
+    fields = {"grant_type": "refresh_token", "refresh_token": atlassian.grant().refresh_token,
+              "client_id": atlassian.client_id, "client_secret": atlassian.client_secret}
+    async with httpx.AsyncClient() as client:
+        form = await client.post(atlassian.token_url, data=fields)  # Atlassian takes JSON
+        as_json = await client.post(google.token_url, json=fields)  # Google takes a form
+    assert (form.status_code, form.json()["error"]) == (400, "invalid_request")
+    assert (as_json.status_code, as_json.json()["error"]) == (400, "invalid_request")
 
 
 async def test_google_keeps_the_refresh_token(fakes: FakeProviders) -> None:

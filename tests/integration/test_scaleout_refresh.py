@@ -1,10 +1,15 @@
-"""Two server processes over one database never both spend a single-use refresh token
-(plus the store method behind it, on both backends).
+"""Two server processes over one database never both spend a rotating refresh token (plus
+the store method behind it, on both backends).
 
-The fake OAuth and Slack servers run in the test process; the servers reach them through
-`SEARCH_PROVIDER_BASE_URLS` and `SEARCH_OAUTH_SLACK_*`. The token endpoint answers slowly, so
-both servers are refreshing the same expired account at the same time: one spends the refresh
+The fake OAuth, Slack and Jira servers run in the test process; the servers reach them through
+`SEARCH_PROVIDER_BASE_URLS` and `SEARCH_OAUTH_*`. The token endpoint answers slowly, so both
+servers are refreshing the same expired account at the same time: one spends the refresh
 token, the other waits on the store's account lock and then uses the stored rotated tokens.
+Two rotation rules, on PostgreSQL and on SQLite: Slack's single-use refresh token (a second
+spend is refused) and Atlassian's (a 10-minute reuse window, so a second spend would still
+succeed: the fake's count proves there was one; a reuse after the window revokes the whole
+token family, so the second round, with the window closed, proves that neither server kept
+the spent token).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import grpc
 import pytest
 
 from search_client.pb.search.v1 import accounts_pb2_grpc as apb_grpc
+from search_client.pb.search.v1 import common_pb2 as cpb
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service.fakes.suite import FakeProviders
@@ -43,8 +49,19 @@ def _env(fakes: FakeProviders, database_url: str) -> dict[str, str]:
         "SEARCH_AUTH_TOKENS": AUTH,
         "SEARCH_ALLOW_INSECURE_PROVIDER_HTTP": "true",
         "SEARCH_PROVIDER_BASE_URLS": ",".join(f"{f.name}={f.base_url}" for f in fakes.all()),
+        "SEARCH_LOG_LEVEL": "DEBUG",  # every record the servers write is grepped for tokens
         **fakes.oauth_settings(),
     }
+
+
+def assert_no_token_logged(fakes: FakeProviders, root: Path) -> None:
+    """Neither server process wrote a token or client secret to its log (stderr)."""
+    secrets = {secret for issuer in fakes.issuers.values()
+               for secret in (*issuer.issued(), issuer.client_secret)}
+    logs = [(root / name / "server.log").read_text() for name in ("a", "b")]
+    assert any("access token refreshed" in log for log in logs)  # the capture works
+    for log in logs:
+        assert not [secret for secret in secrets if secret in log]
 
 
 @contextmanager
@@ -63,41 +80,62 @@ async def client_of(address: str) -> AsyncIterator[Client]:
                      apb_grpc.AccountServiceStub(channel))
 
 
-async def _both_search_one_expired_account(fakes: FakeProviders, addresses: list[str]) -> None:
-    issuer = fakes.issuer(ProviderId.SLACK)
+SLACK_CASE = (ProviderId.SLACK, SLACK, SLACK_QUERY)
+JIRA_CASE = (ProviderId.JIRA, cpb.PROVIDER_JIRA,
+             pb.NativeQuery(provider=cpb.PROVIDER_JIRA, text='text ~ "plan"'))
+CASES = [pytest.param(SLACK_CASE, id="slack-single-use"),
+         pytest.param(JIRA_CASE, id="atlassian-reuse-window")]
+Case = tuple[ProviderId, cpb.Provider, pb.NativeQuery]
+
+
+async def _both_search_one_expired_account(
+    fakes: FakeProviders, addresses: list[str], case: Case = SLACK_CASE
+) -> None:
+    provider_id, provider, query = case
+    issuer = fakes.issuer(provider_id)
+    if provider_id is ProviderId.JIRA:
+        fakes.jira.add_site("c1", "acme")
+        fakes.jira.add_issue("c1", "OPS-1", "release plan")
     grant = issuer.grant()
     async with client_of(addresses[0]) as first, client_of(addresses[1]) as second:
-        account = await connect(first, SLACK, grant)  # no expiry given: refused, then refreshed
-        issuer.expire_all()
-        issuer.slow(TOKEN_ENDPOINT_DELAY)
-        request = pb.SearchWorkspaceRequest(queries=[SLACK_QUERY])
-        runs = await asyncio.gather(*(
-            client.run(request, seconds=30)
-            for client in (first, second) for _ in range(QUERIES_PER_SERVER)
-        ))
-        assert [[s.state for s in statuses] for statuses, _ in runs] == (
-            [[pb.QUERY_STATE_OK]] * (2 * QUERIES_PER_SERVER)
-        )
-        assert issuer.refreshes == 1  # single-use: a second spend would be refused
-        assert [r.path for r in issuer.log] == [issuer.path]  # one request reached it
-        assert (await states(first))[account] == pb.ACCOUNT_STATE_CONNECTED
-        assert (await states(second))[account] == pb.ACCOUNT_STATE_CONNECTED
+        account = await connect(first, provider, grant)  # no expiry given: refused, refreshed
+        request = pb.SearchWorkspaceRequest(queries=[query])
+        for round_ in (1, 2):
+            issuer.expire_all()
+            issuer.slow(TOKEN_ENDPOINT_DELAY, times=1)
+            if round_ == 2:  # a spent token reused now revokes the family (Atlassian)
+                issuer.reuse_window = 0.0
+            runs = await asyncio.gather(*(
+                client.run(request, seconds=30)
+                for client in (first, second) for _ in range(QUERIES_PER_SERVER)
+            ))
+            assert [[s.state for s in statuses] for statuses, _ in runs] == (
+                [[pb.QUERY_STATE_OK]] * (2 * QUERIES_PER_SERVER)
+            )
+            assert issuer.refreshes == round_  # one refresh a round, by one server
+            assert [r.path for r in issuer.log] == [issuer.path] * round_
+            assert (await states(first))[account] == pb.ACCOUNT_STATE_CONNECTED
+            assert (await states(second))[account] == pb.ACCOUNT_STATE_CONNECTED
 
 
+@pytest.mark.parametrize("case", CASES)
 async def test_two_servers_over_one_postgresql_refresh_once(
-    fakes: FakeProviders, pg_dsn: str, tmp_path: Path
+    fakes: FakeProviders, pg_dsn: str, tmp_path: Path, case: Case
 ) -> None:
     async with fresh_database(pg_dsn) as dsn:
         with two_servers(fakes, dsn, tmp_path) as addresses:
-            await _both_search_one_expired_account(fakes, addresses)
+            await _both_search_one_expired_account(fakes, addresses, case)
+    assert_no_token_logged(fakes, tmp_path)
 
 
+@pytest.mark.parametrize("case", CASES)
 async def test_two_servers_over_one_sqlite_file_refresh_once(
-    fakes: FakeProviders, tmp_path: Path
+    fakes: FakeProviders, tmp_path: Path, case: Case
 ) -> None:
     shared = (tmp_path / "shared" / "search.sqlite3").resolve()
     with two_servers(fakes, f"sqlite:///{shared}", tmp_path) as addresses:
-        await _both_search_one_expired_account(fakes, addresses)
+        await _both_search_one_expired_account(fakes, addresses, case)
+    assert_no_token_logged(fakes, tmp_path)
 
 
 def _record(account_id: str = "a1", tenant: str = "acme") -> AccountRecord:

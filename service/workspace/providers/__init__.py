@@ -57,6 +57,13 @@ class ProviderSpec:
     # Duplicate queries compare text casefolded only where matching ignores case and there
     # are no case-sensitive operators or ids; elsewhere exactly (Gmail `OR` vs the word `or`).
     text_ignores_case: bool = False
+    # The card of one account given its granted scopes (what that account can search), for
+    # providers whose search depends on them (Slack files and channels, Drive shared drives).
+    card_for_scopes: Callable[[tuple[str, ...]], QueryCard] | None = None
+
+    def account_card(self, scopes: tuple[str, ...]) -> QueryCard:
+        """The card of an account with these granted scopes (empty: unknown)."""
+        return self.card_for_scopes(scopes) if self.card_for_scopes else self.card
 
 
 def check_registry(registry: Mapping[ProviderId, ProviderSpec]) -> None:
@@ -104,6 +111,7 @@ REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
             slack.DEFAULT_BASE_URL,
             slack.search,
             text_ignores_case=True,  # no operators; keyword and semantic matching ignore case
+            card_for_scopes=slack.card_for,
         ),
         ProviderId.GOOGLE_DRIVE: ProviderSpec(
             ProviderId.GOOGLE_DRIVE,
@@ -112,6 +120,7 @@ REGISTRY: Mapping[ProviderId, ProviderSpec] = MappingProxyType(
             google_drive.MAX_TEXT_LENGTH,
             google_drive.DEFAULT_BASE_URL,
             google_drive.search,
+            card_for_scopes=google_drive.card_for,
         ),
         ProviderId.GMAIL: ProviderSpec(
             ProviderId.GMAIL,

@@ -11,8 +11,10 @@ Each part settles on its own: 404 (deleted since listing) drops the message; any
 non-2xx part maps as a whole answer would (`status_error`, with the part's body), so 429,
 403 `rateLimitExceeded` / `userRateLimitExceeded` and 5xx make the page partial and
 incomplete (`complete=False`: read again on the next page, so the message is retried), and
-a final error (401, a missing scope) makes it partial only; a garbled part is retried like
-malformed JSON. Every part failing raises the worst error, as does a failed batch request.
+a final error (a missing scope) makes it partial only; a garbled part is retried like
+malformed JSON. A 401 part refuses the access token as a 401 to the batch would: a renewable
+token is renewed once and the batch sent again (a part still refused is then final). Every
+part failing raises the worst error, as does a failed batch request.
 Stubs hydrated in the same event-loop turn on one `HttpClient` (the pager completes a page's
 stubs concurrently) share one batch.
 
@@ -34,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from service.workspace.http import HttpClient, status_error
+from service.workspace.http import HttpClient, RawResponse, status_error
 from service.workspace.model import (
     Kind,
     NativeDocument,
@@ -185,15 +187,32 @@ def match_parts(content_ids: Sequence[str], parts: Sequence[BatchPart]) -> list[
     return [by_id.get(content_id) for content_id in content_ids]
 
 
+def refuses_token(parts: Sequence[BatchPart]) -> bool:
+    """True when a part refused the access token (401), as an expired token does."""
+    return any(part.status == 401 for part in parts)
+
+
 async def _read_batch(http: HttpClient, ids: Sequence[str]) -> dict[str, Outcome]:
     boundary = new_boundary()
     calls = [(f"m{index}", detail_target(mid)) for index, mid in enumerate(ids)]
+    parsed: list[tuple[RawResponse, list[BatchPart]]] = []  # holds the answers: no id reuse
+
+    def refused(answer: RawResponse) -> bool:
+        parsed.append((answer, parse_batch(answer.headers.get("content-type", ""), answer.body)))
+        return refuses_token(parsed[-1][1])
+
+    # A part's 401 renews a renewable token and sends the batch once more, as a 401 to the
+    # batch request would (a refused token refuses every part; the resend reads them all).
     answer = await http.post_raw(
         BATCH_PATH,
         body=encode_batch(calls, boundary),
         content_type=f"multipart/mixed; boundary={boundary}",
+        refused=refused,
     )
-    parts = parse_batch(answer.headers.get("content-type", ""), answer.body)
+    if parsed and parsed[-1][0] is answer:
+        parts = parsed[-1][1]
+    else:
+        parts = parse_batch(answer.headers.get("content-type", ""), answer.body)
     now = time.time()
     matched = match_parts([content_id for content_id, _ in calls], parts)
     return {

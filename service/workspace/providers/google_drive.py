@@ -1,8 +1,20 @@
-"""Google Drive `files.list` search."""
+"""Google Drive `files.list` search; what it searches follows the account's granted scopes.
+
+Scopes (full `https://www.googleapis.com/auth/...` URLs or their short names):
+
+- `drive`, `drive.readonly` (every file's content), `drive.metadata`, `drive.metadata.readonly`
+  (every file's metadata): My Drive, files shared with the user and every shared drive they
+  belong to (`corpora=allDrives`, `includeItemsFromAllDrives`, `supportsAllDrives`);
+- `drive.file` alone: only the files created with or opened in this app (`corpora=user`,
+  no shared-drive flags), and a `drive:ID` project is refused naming `drive.readonly`;
+- scopes known but none of Drive's: refused before any request, naming `drive.readonly`;
+- scopes unknown (none stored): searched as with `drive.readonly`.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from service.workspace.http import HttpClient
@@ -17,6 +29,7 @@ from service.workspace.providers._common import (
     text,
     unquoted,
 )
+from service.workspace.statuses import missing_scope_error
 
 DEFAULT_BASE_URL = "https://www.googleapis.com"
 KINDS: tuple[Kind, ...] = ()
@@ -53,6 +66,14 @@ FIELDS = (
     "modifiedTime,owners(displayName,emailAddress))"
 )
 MAX_PAGE_SIZE = 1000
+SCOPE_PREFIX = "https://www.googleapis.com/auth/"
+# Scopes that see every file the user can open, shared drives included: with its content, or
+# its metadata only.
+CONTENT_SCOPES = frozenset({"drive", "drive.readonly"})
+METADATA_SCOPES = frozenset({"drive.metadata", "drive.metadata.readonly"})
+ALL_FILES_SCOPES = CONTENT_SCOPES | METADATA_SCOPES
+APP_FILES_SCOPE = "drive.file"  # only files created with or opened in this app
+SEARCH_SCOPE = SCOPE_PREFIX + "drive.readonly"  # the scope named when one is missing
 _OPERATOR = re.compile(r"[=<>]")
 _KEYWORD = re.compile(r"\b(?:contains|in|has)\b")
 _LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'")
@@ -85,20 +106,45 @@ def build_q(query: ProviderQuery) -> str:
     return " and ".join(clauses)
 
 
-def build_request(query: ProviderQuery) -> tuple[str, dict[str, str | int]]:
-    """Path and params of the `files.list` call."""
+def drive_scopes(scopes: tuple[str, ...]) -> set[str]:
+    """The granted Drive scopes by short name (`drive.readonly`)."""
+    return {scope.removeprefix(SCOPE_PREFIX) for scope in scopes}
+
+
+def all_drives(scopes: tuple[str, ...]) -> bool:
+    """True when the scopes (or unknown scopes) let a search cover every drive; raises the
+    missing-scope failure when known scopes grant no Drive access at all."""
+    granted = drive_scopes(scopes)
+    if not scopes or granted & ALL_FILES_SCOPES:
+        return True
+    if APP_FILES_SCOPE in granted:
+        return False
+    raise missing_scope_error([SEARCH_SCOPE], "Drive search")
+
+
+def build_request(
+    query: ProviderQuery, scopes: tuple[str, ...] = ()
+) -> tuple[str, dict[str, str | int]]:
+    """Path and params of the `files.list` call; shared drives only when `scopes` allow."""
+    everything = all_drives(scopes)
     params: dict[str, str | int] = {
         "q": build_q(query),
         "fields": FIELDS,
         "pageSize": max(1, min(query.limit, MAX_PAGE_SIZE)),
         "spaces": "drive",
-        "supportsAllDrives": "true",
-        "includeItemsFromAllDrives": "true",
     }
+    if everything:
+        params.update(
+            corpora="allDrives", supportsAllDrives="true", includeItemsFromAllDrives="true"
+        )
+    else:
+        params["corpora"] = "user"
     project = query.project.strip()
     if project:
         if not project.startswith("drive:") or not project[len("drive:") :].strip():
             raise failed("Drive project must be drive:<DRIVE_ID>")
+        if not everything:
+            raise missing_scope_error([SEARCH_SCOPE], "searching a shared drive")
         params["corpora"] = "drive"
         params["driveId"] = project[len("drive:") :].strip()
     if query.cursor:
@@ -134,7 +180,34 @@ def parse_response(data: Any) -> ProviderPage:
     )
 
 
+def card_for(scopes: tuple[str, ...]) -> QueryCard:
+    """The card of an account with these granted scopes (what it can search)."""
+    granted = drive_scopes(scopes)
+    if not scopes:
+        return CARD
+    if granted & CONTENT_SCOPES:
+        said = "This account searches My Drive, files shared with it and its shared drives."
+    elif granted & METADATA_SCOPES:
+        said = (
+            "This account's token reads metadata only (drive.metadata): My Drive, shared "
+            "files and shared drives are searched by name, owner and type; `fullText` may "
+            "miss file content."
+        )
+    elif APP_FILES_SCOPE in granted:
+        said = (
+            "This account's token has only drive.file: it searches the files created with or "
+            "opened in this app, not the rest of Drive nor shared drives (`drive:ID` is "
+            "refused); reconnect granting drive.readonly to search everything."
+        )
+    else:
+        said = (
+            "This account's token has no Drive scope: its searches fail until it is "
+            "reconnected granting drive.readonly."
+        )
+    return replace(CARD, scope=f"{CARD.scope} {said}")
+
+
 async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
     """One `files.list` call."""
-    path, params = build_request(query)
+    path, params = build_request(query, http.scopes)
     return parse_response(await http.get_json(path, params=params))

@@ -83,6 +83,37 @@ _CHANNEL_SCOPES = (
 )
 
 
+_CHANNEL_NAMES = {
+    "public_channel": "public channels",
+    "private_channel": "private channels",
+    "mpim": "group DMs",
+    "im": "DMs",
+}
+FILES_SCOPE = "search:read.files"
+
+
+def card_for(scopes: tuple[str, ...]) -> QueryCard:
+    """The card of an account with these granted scopes (what it can search)."""
+    if not scopes:
+        said = (
+            "This account was connected without its scopes: every channel type is asked "
+            f"for, and files are not searched (they need {FILES_SCOPE})."
+        )
+    elif "search:read.public" not in scopes:
+        said = (
+            "This account's token lacks search:read.public: its searches fail until it is "
+            "reconnected granting it."
+        )
+    else:
+        places = ", ".join(_CHANNEL_NAMES[kind] for kind in channel_types(scopes))
+        files = (
+            " and files" if FILES_SCOPE in scopes
+            else f"; not files (reconnect granting {FILES_SCOPE})"
+        )
+        said = f"This account searches messages in {places}{files}."
+    return replace(CARD, scope=f"{CARD.scope} {said}")
+
+
 def channel_types(scopes: tuple[str, ...]) -> list[str]:
     """Channel types the granted scopes allow; every type when the scopes are unknown."""
     if not scopes:
@@ -115,7 +146,7 @@ def build_request(query: ProviderQuery, scopes: tuple[str, ...] = ()) -> dict[st
     body: dict[str, Any] = {
         "query": _query_text(query),
         "channel_types": ",".join(types),
-        "content_types": "messages,files" if "search:read.files" in scopes else "messages",
+        "content_types": "messages,files" if FILES_SCOPE in scopes else "messages",
         "include_archived_channels": True,
         "include_context_messages": True,
         "limit": max(1, min(query.limit, MAX_LIMIT)),

@@ -67,3 +67,39 @@ def test_parse_files_incomplete_is_partial() -> None:
     assert sheet.content == "budget.xlsx"
     assert page.partial
     assert page.next_cursor == "~!!~AI9FV7Q"
+
+
+GOOGLE = "https://www.googleapis.com/auth/"
+
+
+@pytest.mark.parametrize(
+    ("scopes", "corpora"),
+    [
+        ((), "allDrives"),
+        ((GOOGLE + "drive.readonly",), "allDrives"),
+        (("drive", "openid"), "allDrives"),
+        ((GOOGLE + "drive.metadata.readonly",), "allDrives"),
+        ((GOOGLE + "drive.file", "email"), "user"),
+    ],
+)
+def test_scopes_choose_the_corpora(scopes: tuple[str, ...], corpora: str) -> None:
+    _, params = google_drive.build_request(ProviderQuery("x"), scopes)
+    assert params["corpora"] == corpora
+    shared = {params.get("includeItemsFromAllDrives"), params.get("supportsAllDrives")}
+    assert shared == ({"true"} if corpora == "allDrives" else {None})
+
+
+def test_app_files_scope_refuses_a_shared_drive_and_no_drive_scope_refuses_all() -> None:
+    for scopes, project in [((GOOGLE + "drive.file",), "drive:0AbC"), (("email",), "")]:
+        with pytest.raises(ProviderError) as caught:
+            google_drive.build_request(ProviderQuery("x", project=project), scopes)
+        assert f"lacks the scope {GOOGLE}drive.readonly" in caught.value.message
+        assert not caught.value.retryable
+
+
+def test_card_says_what_the_scopes_search() -> None:
+    assert google_drive.card_for(()) == google_drive.CARD
+    assert "shared drives." in google_drive.card_for(("drive",)).scope
+    assert "not the rest of Drive nor shared drives" in google_drive.card_for(
+        (GOOGLE + "drive.file",)
+    ).scope

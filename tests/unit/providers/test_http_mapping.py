@@ -273,8 +273,19 @@ def test_atlassian_401_scope_mismatch_is_a_permission_failure(provider: Provider
     assert (error.state, error.retryable) == (QueryState.FAILED, False)
     scope = "read:jira-work" if provider is ProviderId.JIRA else "search:confluence"
     assert f"lacks the scope {scope}" in error.message
+    assert not error.refresh  # a missing scope, not an expired token: no refresh
     plain = mapped(401, {"code": 401, "message": "Unauthorized"}, provider)
     assert plain.state is QueryState.NEEDS_RECONNECT
+    assert plain.refresh
+
+
+def test_atlassian_scope_mismatch_names_the_scopes_the_answer_names() -> None:
+    body = {"code": 401, "message": "Unauthorized; scope does not match: read:jira-user"}
+    assert "lacks the scope read:jira-user" in mapped(401, body, ProviderId.JIRA).message
+    challenge = {"www-authenticate": 'Bearer scope="read:page:confluence read:space:confluence"'}
+    named = mapped(401, {"message": "Unauthorized; scope does not match"},
+                   ProviderId.CONFLUENCE, challenge)
+    assert "one of the scopes read:page:confluence, read:space:confluence" in named.message
 
 
 def test_atlassian_403_and_429() -> None:

@@ -130,3 +130,14 @@ def test_no_next_cursor_means_exhausted() -> None:
 )
 def test_or_outside_quotes_is_detected_for_the_hint(text: str, expected: bool) -> None:
     assert slack.uses_or(text) is expected
+
+
+def test_card_names_the_channels_and_files_the_scopes_reach() -> None:
+    full = slack.card_for(("search:read.public", "search:read.mpim", "search:read.files"))
+    assert full.scope.endswith("This account searches messages in public channels, group DMs "
+                               "and files.")
+    assert "not files (reconnect granting search:read.files)" in slack.card_for(
+        ("search:read.public",)
+    ).scope
+    assert "lacks search:read.public" in slack.card_for(("search:read.im",)).scope
+    assert "connected without its scopes" in slack.card_for(()).scope
