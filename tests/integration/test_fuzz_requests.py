@@ -117,13 +117,16 @@ async def _tokens(channel: grpc.aio.Channel, ids: list[int], token: str) -> list
 
 
 async def serve_world(
-    fake_servers: FakeProviders, tmp_path_factory: pytest.TempPathFactory
+    fake_servers: FakeProviders,
+    tmp_path_factory: pytest.TempPathFactory,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[FuzzWorld]:
-    """A server with two tenants' projects, documents, accounts and page tokens."""
+    """A server with two tenants' projects, documents, accounts and page tokens (on the
+    store `extra_env` names, SQLite by default)."""
     fake_servers.reset()
     seed(fake_servers)
     env = server_env(fake_servers) | {"SEARCH_AUTH_TOKENS": AUTH,
-                                      "SEARCH_PROVIDER_REQUEST_TIMEOUT": "1.0"}
+                                      "SEARCH_PROVIDER_REQUEST_TIMEOUT": "1.0"} | (extra_env or {})
     async with running_server(tmp_path_factory.mktemp("fuzz"), env) as app:
         pools = Pools()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:

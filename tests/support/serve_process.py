@@ -29,6 +29,15 @@ def served(
     data_dir: Path, env: Mapping[str, str] | None = None, startup_timeout: float = 60.0
 ) -> Iterator[str]:
     """A server process on 127.0.0.1:<free port>; yields `host:port`, SIGTERM on exit."""
+    with served_process(data_dir, env, startup_timeout) as (address, _pid):
+        yield address
+
+
+@contextmanager
+def served_process(
+    data_dir: Path, env: Mapping[str, str] | None = None, startup_timeout: float = 60.0
+) -> Iterator[tuple[str, int]]:
+    """Like `served`, and the process id too (to watch its memory)."""
     values = {"SEARCH_EMBEDDER": "deterministic", "SEARCH_LOG_LEVEL": "WARNING"}
     values.update(env or {})
     log_path = data_dir / "server.log"
@@ -40,7 +49,7 @@ def served(
             cwd=ROOT, env=clean_env(values), stdout=subprocess.PIPE, stderr=log, text=True,
         )
         try:
-            yield _address(process, startup_timeout, log_path)
+            yield _address(process, startup_timeout, log_path), process.pid
         finally:
             _stop(process)
 

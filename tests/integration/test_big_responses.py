@@ -1,0 +1,133 @@
+"""Every response fits the message limit, or is refused with ErrorInfo (issue 17 item 8).
+
+page_size (up to 1000) x metadata (up to 64 KiB) can exceed SEARCH_MAX_MESSAGE_BYTES: gRPC
+core then ended the stream RESOURCE_EXHAUSTED without ErrorInfo and the access log said OK.
+Now a SearchProjects page ends before the first result that would not fit, says `has_more`,
+and its token (or the stream's next page) continues at that result, so nothing is skipped.
+Any other response over the limit is refused by the server itself: RESOURCE_EXHAUSTED with
+ErrorInfo RESPONSE_TOO_LARGE, and the access log says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
+from search_client.pb.search.v1 import project_search_pb2 as ps
+from search_client.pb.search.v1 import project_search_pb2_grpc as ps_grpc
+from tests.support.pg import fresh_database
+from tests.support.server import running_server
+from tests.support.status import decode
+
+LIMIT = 1024 * 1024  # the server's message limit in these tests
+DOCUMENTS = 120
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def server_env(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, str]]:
+    base = {"SEARCH_EMBEDDER": "none", "SEARCH_MAX_MESSAGE_BYTES": str(LIMIT)}
+    if request.param == "sqlite":
+        yield base
+        return
+    admin = request.getfixturevalue("pg_dsn")
+    async with fresh_database(admin) as dsn:
+        yield base | {"SEARCH_DATABASE_URL": dsn}
+
+
+def _meta(i: int) -> struct_pb2.Struct:
+    meta = struct_pb2.Struct()
+    meta.update({f"k{j}": f"{i:05d}-{j:03d}-" + "y" * 580 for j in range(100)})  # ~60 KB
+    return meta
+
+
+async def _corpus(channel: grpc.aio.Channel) -> int:
+    stub = index_pb2_grpc.IndexServiceStub(channel)
+    pid = (await stub.CreateProject(index_pb2.CreateProjectRequest(name="big"))).project.project_id
+
+    async def messages() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
+        for i in range(DOCUMENTS):  # one document a message: each fits the 1 MiB limit
+            yield index_pb2.UpsertDocumentsRequest(project_id=pid, documents=[
+                index_pb2.Document(kind="note", row_id=f"r{i:03d}", title=f"alpha {i}",
+                                   body=f"alpha body {i}", metadata=_meta(i))])
+
+    reply = await stub.UpsertDocuments(messages(), timeout=120)
+    assert reply.documents_created == DOCUMENTS
+    return pid
+
+
+def _request(pid: int, **fields: object) -> ps.SearchProjectsRequest:
+    return ps.SearchProjectsRequest(scope=ps.ProjectScope(project_ids=[pid]), text="alpha",
+                                    mode=ps.SEARCH_MODE_FTS, page_size=100,
+                                    **fields)  # type: ignore[arg-type]
+
+
+def _channel(port: int) -> grpc.aio.Channel:
+    options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    return grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
+
+
+async def test_pages_are_cut_by_bytes_and_nothing_is_skipped(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    async with running_server(tmp_path, server_env) as app, _channel(app.port) as channel:
+        pid = await _corpus(channel)
+        search = ps_grpc.ProjectSearchServiceStub(channel)
+        # By tokens, one page a call.
+        seen: list[str] = []
+        token, numbers = "", []
+        while True:
+            messages = [m async for m in search.SearchProjects(
+                _request(pid, page_token=token), timeout=60)]
+            assert len(messages) == 1
+            page = messages[0].page
+            assert messages[0].ByteSize() <= LIMIT
+            assert page.total == DOCUMENTS
+            numbers.append(page.page_number)
+            seen += [r.row_id for r in page.results]
+            if not page.has_more:
+                assert not page.next_page_token
+                break
+            assert page.results
+            assert page.next_page_token
+            token = page.next_page_token
+        assert len(numbers) > 2, "every page of 100 x 60 KB must have been cut"
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert sorted(seen) == [f"r{i:03d}" for i in range(DOCUMENTS)]
+        # In one stream: the same results in the same order.
+        streamed = [r.row_id async for m in search.SearchProjects(
+            _request(pid, max_pages=10), timeout=60) for r in m.page.results]
+        assert streamed == seen
+
+
+async def test_a_response_over_the_limit_is_refused_with_error_info(
+    tmp_path: Path, server_env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="search.access")
+    env = server_env | {"SEARCH_MAX_MESSAGE_BYTES": str(64 * 1024)}
+    async with running_server(tmp_path, env) as app, _channel(app.port) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        created = await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))
+        pid = created.project.project_id
+
+        async def messages() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
+            for batch in range(10):  # each message fits; the reply lists 6,000 results
+                yield index_pb2.UpsertDocumentsRequest(project_id=pid, documents=[
+                    index_pb2.Document(kind="note", row_id=f"{batch}-{i}", body="alpha")
+                    for i in range(600)])
+
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.UpsertDocuments(messages(), timeout=60)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    info = decode(caught.value).info
+    assert info is not None
+    assert info.reason == "RESPONSE_TOO_LARGE"
+    assert info.metadata["limit"] == str(64 * 1024)
+    codes = [json.loads(r.getMessage())["code"] for r in caplog.records
+             if r.name == "search.access" and "UpsertDocuments" in r.getMessage()]
+    assert codes == ["RESOURCE_EXHAUSTED"]
