@@ -18,6 +18,11 @@ _MODE_VALUES = {
     "vector": search_pb2.SEARCH_MODE_VECTOR,
     "hybrid": search_pb2.SEARCH_MODE_HYBRID,
 }
+_FUSION_VALUES = {
+    "": search_pb2.HYBRID_FUSION_UNSPECIFIED,
+    "rrf": search_pb2.HYBRID_FUSION_RRF,
+    "max_min": search_pb2.HYBRID_FUSION_MAX_MIN,
+}
 MAX_DOCS_PER_MESSAGE = 500
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -127,8 +132,11 @@ class Client:
         max_pages: int = 1,
         page_token: str = "",
         deadline: float | None = 60.0,
+        fusion: str = "",
     ) -> SearchResult:
-        """One SearchProjects call, every streamed page read; timed on the client."""
+        """One SearchProjects call, every streamed page read; timed on the client.
+
+        `fusion` ("rrf" or "max_min") picks HYBRID's fusion; empty: the server's default."""
         request = search_pb2.SearchProjectsRequest(
             scope=search_pb2.ProjectScope(project_ids=list(scope)),
             text=text,
@@ -136,6 +144,7 @@ class Client:
             page_size=page_size,
             max_pages=max_pages,
             page_token=page_token,
+            fusion=_FUSION_VALUES[fusion],
         )
         hits: list[Hit] = []
         exact, relaxed, token = True, False, ""

@@ -1,8 +1,11 @@
 """Relevance on any BEIR-layout collection, through the real server, on both stores.
 
 The collection is indexed into one project (the server embeds with the local MiniLM model),
-every query runs in FTS, VECTOR and HYBRID, and "RRF" fuses the FTS and VECTOR lists the way
-workspace search fuses provider lists (reciprocal rank fusion, k = 60). A diagnostic run,
+every query runs in FTS, VECTOR, HYBRID (the service's default fusion, RRF) and
+HYBRID_MAX_MIN (`fusion = MAX_MIN`), and "RRF" fuses the FTS and VECTOR lists here, the way
+workspace search fuses provider lists (reciprocal rank fusion, k = 60), as a check of the
+service's own RRF. Each row counts the queries that returned nothing, and with both stores
+the mean top-10 overlap of their FTS lists is reported. A diagnostic run,
 FTS_ANY, sends each query as its content words joined by explicit OR, showing what plain
 any-term BM25 matching gives on the same index (FTS proper tries the strict AND of all words
 first and relaxes to OR only when that finds nothing). Metrics come from
@@ -37,7 +40,7 @@ from service.ranking.rrf import DEFAULT_K, fuse
 MEASURES = (nDCG @ 10, AP @ 1000, R @ 100, RR, nDCG)
 NAMES = {"nDCG@10": "ndcg_at_10", "AP@1000": "map", "R@100": "recall_at_100", "RR": "mrr",
          "nDCG": "ndcg"}
-RUNS = (*MODES, "rrf", "fts_any")
+RUNS = (*MODES, "hybrid_max_min", "rrf", "fts_any")
 PROJECT = "relevance"
 # From the collection's README (shared/data/vaswani-npl/README.md): published Terrier runs
 # (trec_eval map and full-depth ndcg, 1000 results) and the reference runs measured on this
@@ -99,7 +102,8 @@ async def index_collection(server: ServerHandle, collection: beir.Collection) ->
 
 
 async def run_mode(
-    server: ServerHandle, project: int, queries: dict[str, str], mode: str, depth: int
+    server: ServerHandle, project: int, queries: dict[str, str], mode: str, depth: int,
+    fusion: str = "",
 ) -> tuple[dict[str, list[str]], dict[str, Any]]:
     """Every query in `mode`, reading up to `depth` results (paged by 1000)."""
     page_size = min(depth, 1000)
@@ -111,13 +115,14 @@ async def run_mode(
         client = Client(ch)
         for qid, text in queries.items():
             result = await client.search([project], text, mode, page_size=page_size,
-                                         max_pages=pages)
+                                         max_pages=pages, fusion=fusion)
             ranked[qid] = _doc_ids(result.hits)[:depth]
             client_seconds.append(result.seconds)
             relaxed += result.relaxed
     server_seconds = await server_search_times(server, len(queries))
     info = {"client": summarize(client_seconds), "server": summarize(server_seconds),
             "relaxed_queries": relaxed,
+            "empty_queries": sum(not docs for docs in ranked.values()),
             "mean_results": sum(len(v) for v in ranked.values()) / max(1, len(ranked))}
     return ranked, info
 
@@ -149,18 +154,21 @@ async def run_store(bench: Workbench, store: str, collection: beir.Collection,
         for mode in MODES:
             ranked[mode], infos[mode] = await run_mode(server, indexed["project"], queries,
                                                        mode, depth)
+        ranked["hybrid_max_min"], infos["hybrid_max_min"] = await run_mode(
+            server, indexed["project"], queries, "hybrid", depth, fusion="max_min")
         ranked["fts_any"], infos["fts_any"] = await run_mode(
             server, indexed["project"], any_term(queries), "fts", depth)
         infos["fts_any"]["note"] = "diagnostic: FTS with the query written as w1 OR w2 OR ..."
     finally:
         await bench.stop(server)
     ranked["rrf"] = rrf(ranked["fts"], ranked["vector"], depth)
-    infos["rrf"] = {"note": f"fused here from the fts and vector lists (k={DEFAULT_K})"}
+    infos["rrf"] = {"note": f"fused here from the fts and vector lists (k={DEFAULT_K})",
+                    "empty_queries": sum(not docs for docs in ranked["rrf"].values())}
     rows = []
     for run in RUNS:
         metrics = evaluate(collection.qrels, ranked[run])
         rows.append({"store": store, "run": run, **metrics, **infos[run],
-                     "index_seconds": indexed["seconds"]})
+                     "index_seconds": indexed["seconds"], "ranked": ranked[run]})
         log(f"relevance {store} {run}: nDCG@10 {metrics['ndcg_at_10']:.4f} "
             f"MAP {metrics['map']:.4f} R@100 {metrics['recall_at_100']:.4f} "
             f"MRR {metrics['mrr']:.4f}")
@@ -176,6 +184,9 @@ async def measure(bench: Workbench, folder: Path, *, depth: int = 1000, max_docs
     rows: list[dict[str, Any]] = []
     for store in bench.options.stores:
         rows.extend(await run_store(bench, store, collection, queries, depth=depth, cache=cache))
+    fts = {r["store"]: r.pop("ranked") for r in rows if r["run"] == "fts"}
+    for row in rows:
+        row.pop("ranked", None)
     return {
         "collection": collection.name, "folder": str(folder), "documents": len(collection.docs),
         "queries": len(queries), "judgments": sum(len(v) for v in collection.qrels.values()),
@@ -183,4 +194,15 @@ async def measure(bench: Workbench, folder: Path, *, depth: int = 1000, max_docs
         "metrics_library": f"ir-measures {ir_measures.__version__}",
         "rows": rows, "baselines": BASELINES.get(collection.name, []),
         "targets": {"fts_map": FTS_MAP_TARGET},
+        "fts_top10_overlap": top_overlap(fts.get("sqlite"), fts.get("postgres"), 10),
     }
+
+
+def top_overlap(a: dict[str, list[str]] | None, b: dict[str, list[str]] | None,
+                n: int) -> float | None:
+    """Mean share of the first `n` results two runs have in common (None without both)."""
+    if not a or not b:
+        return None
+    shares = [len(set(a[q][:n]) & set(b.get(q, [])[:n])) / max(1, min(n, len(a[q]),
+              len(b.get(q, [])))) for q in a]
+    return sum(shares) / len(shares) if shares else None

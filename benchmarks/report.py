@@ -121,10 +121,15 @@ def render_relevance(data: Any) -> str:
             f"; query text lower-cased: {fmt(data['lower_cased'])}.")
     rows = [[r["store"], r["run"].upper(), fmt(r["ndcg_at_10"], 4), fmt(r["map"], 4),
              fmt(r["recall_at_100"], 4), fmt(r["mrr"], 4), fmt(r["ndcg"], 4),
-             _p(r.get("server"), "p50_ms"), fmt(r.get("relaxed_queries"))]
+             _p(r.get("server"), "p50_ms"), fmt(r.get("relaxed_queries")),
+             fmt(r.get("empty_queries"))]
             for r in data["rows"]]
     parts = [head, table(["store", "run", "nDCG@10", "MAP (AP@1000)", "Recall@100", "MRR",
-                          "nDCG (full)", "server p50 ms", "relaxed queries"], rows)]
+                          "nDCG (full)", "server p50 ms", "relaxed queries",
+                          "empty queries"], rows)]
+    if data.get("fts_top10_overlap") is not None:
+        parts.append("FTS lists of the two stores: mean top-10 overlap "
+                     f"{fmt(data['fts_top10_overlap'], 4)}.")
     if data.get("baselines"):
         base = [[b["run"], fmt(b.get("ndcg_at_10"), 4), fmt(b.get("map"), 4),
                  fmt(b.get("ndcg"), 4)] for b in data["baselines"]]

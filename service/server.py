@@ -26,6 +26,7 @@ from search_client.pb.search.v1 import (
 )
 from service.api.interceptor import CallObserver, ServiceInterceptor
 from service.api.reflection import enable_reflection
+from service.api.stream_budget import ResponseLimits
 from service.api.unimplemented import unimplemented_servicer
 from service.auth import Authenticator
 from service.embeddings.base import Embedder
@@ -213,8 +214,14 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         metrics = Metrics()
         observer = metrics
     limiter = TenantRateLimiter(settings.search_rate_per_tenant, settings.search_burst_per_tenant)
+    limits = ResponseLimits(
+        max_message_bytes=settings.max_message_bytes,
+        write_timeout=settings.stream_write_timeout,
+        stalled_bytes_per_tenant=settings.stalled_stream_bytes,
+        messages_per_tenant=settings.stream_messages_per_tenant,
+    )
     interceptor = ServiceInterceptor(
-        authenticator, settings.max_concurrent_streams, observer, limiter
+        authenticator, settings.max_concurrent_streams, observer, limiter, limits
     )
     interceptors: list[grpc.aio.ServerInterceptor] = [interceptor]
     traced = _start_tracing(settings, overrides)
@@ -337,6 +344,7 @@ async def _build_servicers(
     from service.api.index import IndexServicer
     from service.api.projects import ProjectSearchServicer
     from service.indexing.pipeline import Indexer
+    from service.projects.query_budget import QueryBudget
     from service.projects.search import ProjectSearch
     from service.store import open_store
 
@@ -375,11 +383,17 @@ async def _build_servicers(
         embedder = TracedEmbedder(embedder)
     search = ProjectSearch(
         store, embedder, signer, exact_scan_limit=settings.exact_scan_limit,
+        bm25_k1=settings.bm25_k1, bm25_b=settings.bm25_b,
         statement_timeout=settings.project_search_timeout,
+        embed_concurrency=settings.embed_query_concurrency
+        or (1 if settings.embedder == "local" else 8),
+        query_budget=QueryBudget(settings.query_max_terms, settings.query_max_prefixes),
     )
     indexer = Indexer(store, embedder)
     servicers: dict[str, Any] = {
-        "search.v1.ProjectSearchService": ProjectSearchServicer(search),
+        "search.v1.ProjectSearchService": ProjectSearchServicer(
+            search, settings.max_message_bytes
+        ),
         "search.v1.IndexService": IndexServicer(store, indexer, signer, identity),
     }
     servicers.update(await _workspace_servicers(settings, app, store))

@@ -99,6 +99,27 @@ class Settings:
     exact_scan_limit: int = field(
         default=10_000, metadata=_doc("Eligible chunks above this use the ANN index.")
     )
+    bm25_k1: float = field(
+        default=1.2, metadata=_doc("Project search BM25 term-frequency saturation k1 (> 0).")
+    )
+    bm25_b: float = field(
+        default=0.75, metadata=_doc("Project search BM25 length normalisation b, in [0, 1].")
+    )
+    query_max_terms: int = field(
+        default=64,
+        metadata=_doc("Words a project search text may hold (phrase and negated words "
+                      "too); more is INVALID_ARGUMENT QUERY_TOO_COMPLEX."),
+    )
+    query_max_prefixes: int = field(
+        default=16,
+        metadata=_doc("`prefix*` terms a project search text may hold; more is "
+                      "INVALID_ARGUMENT QUERY_TOO_COMPLEX."),
+    )
+    embed_query_concurrency: int = field(
+        default=0,
+        metadata=_doc("Query embeddings run at once (more queue, fairly by tenant, or are "
+                      "shed); 0 = 1 for the local model, 8 otherwise."),
+    )
     page_token_key: Secret = field(
         default=Secret(""),
         metadata=_doc("HMAC key for page tokens (share across replicas); empty: from data_dir."),
@@ -131,6 +152,22 @@ class Settings:
     )
     max_concurrent_streams: int = field(
         default=256, metadata=_doc("Max concurrent calls; more get RESOURCE_EXHAUSTED.")
+    )
+    stream_write_timeout: float = field(
+        default=30.0,
+        metadata=_doc("Seconds a server stream waits for its client to take one message; "
+                      "then DEADLINE_EXCEEDED (STREAM_WRITE_TIMEOUT) and its slot is freed."),
+    )
+    stalled_stream_bytes: int = field(
+        default=128 * 1024 * 1024,
+        metadata=_doc("Bytes a tenant's timed-out unread streams may hold in send buffers; "
+                      "past it the tenant's new calls get RESOURCE_EXHAUSTED."),
+    )
+    stream_messages_per_tenant: int = field(
+        default=16,
+        metadata=_doc("SearchProjects pages one tenant may have in production or unread "
+                      "at once (above any store's concurrency); more wait, at most the "
+                      "write timeout."),
     )
     log_level: str = field(default="INFO", metadata=_doc("Logging level."))
     auth_tokens: Secret = field(
@@ -287,13 +324,21 @@ class Settings:
             ("pg_partitions", 0 <= self.pg_partitions <= 1024),
             ("embedder", self.embedder in {"local", "openai", "deterministic", "none"}),
             ("rrf_k", self.rrf_k >= 1),
+            ("bm25_k1", 0 < self.bm25_k1 <= 100),
+            ("bm25_b", 0 <= self.bm25_b <= 1),
             ("query_request_budget", 1 <= self.query_request_budget <= 1000),
             ("account_concurrency", 1 <= self.account_concurrency <= 256),
             ("provider_request_timeout", self.provider_request_timeout > 0),
             ("grace_period", self.grace_period >= 0),
             ("max_message_bytes", 1024 <= self.max_message_bytes <= 256 * 1024 * 1024),
             ("max_concurrent_streams", self.max_concurrent_streams >= 1),
+            ("stream_write_timeout", self.stream_write_timeout > 0),
+            ("stalled_stream_bytes", self.stalled_stream_bytes >= 1),
+            ("stream_messages_per_tenant", 1 <= self.stream_messages_per_tenant <= 10_000),
             ("exact_scan_limit", self.exact_scan_limit >= 0),
+            ("embed_query_concurrency", 0 <= self.embed_query_concurrency <= 1024),
+            ("query_max_terms", 1 <= self.query_max_terms <= 100_000),
+            ("query_max_prefixes", 0 <= self.query_max_prefixes <= 100_000),
             ("metrics_port", -1 <= self.metrics_port <= 65535),
             ("metrics_backlog_interval", self.metrics_backlog_interval > 0),
             ("openai_dimensions", self.openai_dimensions >= 1),

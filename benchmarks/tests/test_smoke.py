@@ -142,11 +142,14 @@ async def test_relevance_runs_unchanged_on_another_beir_folder(
     assert data["baselines"] == []
     assert {(r["store"], r["run"]) for r in data["rows"]} == {
         (s, run) for s in ("sqlite", "postgres")
-        for run in ("fts", "vector", "hybrid", "rrf", "fts_any")}
+        for run in ("fts", "vector", "hybrid", "hybrid_max_min", "rrf", "fts_any")}
     for row in data["rows"]:
         for metric in ("ndcg_at_10", "map", "recall_at_100", "mrr", "ndcg"):
             assert 0.0 <= row[metric] <= 1.0
         assert row["mrr"] == pytest.approx(1.0), row  # each query's one relevant doc ranks 1st
+        assert row["empty_queries"] == 0, row
+        assert "ranked" not in row
+    assert data["fts_top10_overlap"] == pytest.approx(1.0)
 
 
 def test_metrics_come_from_ir_measures_and_count_queries_without_results() -> None:

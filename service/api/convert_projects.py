@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from search_client.pb.search.v1 import project_search_pb2 as pb
 from service.api.convert_common import dict_to_struct, from_datetime, from_value, to_time_range
 from service.projects.request import ProjectSearchRequest, RawFilters, RawMetadataFilter
 from service.projects.search import ResultPage
-from service.store.base import SCORE_VERSION, Mode, SearchHit
+from service.store.base import Fusion, Mode, SearchHit
 
 MODES = {
     pb.SEARCH_MODE_UNSPECIFIED: Mode.FTS,
@@ -18,6 +20,11 @@ MODE_TO_PB = {
     Mode.FTS: pb.SEARCH_MODE_FTS,
     Mode.VECTOR: pb.SEARCH_MODE_VECTOR,
     Mode.HYBRID: pb.SEARCH_MODE_HYBRID,
+}
+FUSIONS = {
+    pb.HYBRID_FUSION_UNSPECIFIED: Fusion.RRF,
+    pb.HYBRID_FUSION_RRF: Fusion.RRF,
+    pb.HYBRID_FUSION_MAX_MIN: Fusion.MAX_MIN,
 }
 OPERATORS = {
     pb.METADATA_OPERATOR_EQ: "eq",
@@ -39,6 +46,9 @@ def request_from_proto(msg: pb.SearchProjectsRequest) -> ProjectSearchRequest:
     mode = MODES.get(msg.mode)
     if mode is None:
         raise InvalidArgument.field("mode", f"unknown mode {msg.mode}")
+    fusion = FUSIONS.get(msg.fusion)
+    if fusion is None:
+        raise InvalidArgument.field("fusion", f"unknown fusion {msg.fusion}")
     f = msg.filters
     filters = RawFilters(
         kinds=tuple(f.kinds),
@@ -64,6 +74,8 @@ def request_from_proto(msg: pb.SearchProjectsRequest) -> ProjectSearchRequest:
         max_pages=msg.max_pages,
         include_chunks=msg.include_chunks,
         min_similarity=msg.min_similarity,
+        fusion=fusion,
+        rrf_k=msg.rrf_k,
     )
 
 
@@ -95,12 +107,15 @@ def hit_to_proto(hit: SearchHit) -> pb.ProjectSearchResult:
     )
 
 
-def page_to_proto(result: ResultPage) -> pb.SearchProjectsResponse:
-    """One stream message."""
+def page_to_proto(
+    result: ResultPage, converted: Mapping[int, pb.ProjectSearchResult] | None = None
+) -> pb.SearchProjectsResponse:
+    """One stream message; `converted` holds results already converted, by `id(hit)`."""
     page = result.page
+    done = converted or {}
     return pb.SearchProjectsResponse(
         page=pb.ProjectSearchPage(
-            results=[hit_to_proto(h) for h in page.hits],
+            results=[done[id(h)] if id(h) in done else hit_to_proto(h) for h in page.hits],
             next_page_token=result.next_page_token,
             page_number=result.page_number,
             total=page.total or 0,
@@ -109,6 +124,6 @@ def page_to_proto(result: ResultPage) -> pb.SearchProjectsResponse:
             ranking_is_exact=page.ranking_is_exact,
             relaxed=page.relaxed,
             mode=MODE_TO_PB[result.mode],
-            score_version=SCORE_VERSION,
+            score_version=result.score_version,
         )
     )

@@ -10,8 +10,9 @@ How stores use a `LexicalQuery` (SQLite FTS5 table `fts5(content, ngrams)`; Post
 - `fts5 is None` means nothing searchable (empty text, `*`, only punctuation): no lexical
   channel. `FTS5_MATCH_NOTHING` / `TSQUERY_MATCH_NOTHING` mean a query that matches no row
   (explicit pure negation such as `(NOT dogs) OR (NOT cats)`: FTS5 has no unary NOT).
-- Relaxed forms, when not None, search words only (no gram phrases) and are used over the
-  whole scope when the strict form matches no row.
+- Relaxed forms, when not None, search words only (no gram phrases): their matches that
+  the strict form misses rank after the strict matches (a second tier, decided over the
+  whole scope). `score_words` / `score_grams` are the terms BM25 sums over.
 
 Rules: see `service.projects.lexical_parse` (syntax), `lexical_relax` (relaxation) and
 `lexical_script` (CJK and other unsegmented scripts).
@@ -28,7 +29,7 @@ from service.projects.lexical_fts5 import (
     render_fts5,
     render_fts5_any,
 )
-from service.projects.lexical_parse import Leaf, parse_query
+from service.projects.lexical_parse import IMPLICIT_PREFIX, Leaf, parse_query
 from service.projects.lexical_relax import relaxed_terms
 from service.projects.lexical_script import SCRIPT_BOUNDARY, script_ngrams
 from service.projects.lexical_tokens import (
@@ -60,10 +61,8 @@ __all__ = [
     "script_ngrams",
 ]
 
-# Relaxed terms are prefixes (`w*`, `w:*`), as in the reference. Both stores stem the query
-# word first, so "measurements*" still matches "measurement"; on the NPL collection prefixes
-# ranked slightly better than exact stems (MAP 0.294 vs 0.291 with relaxation always applied).
-RELAXED_PREFIX = True
+# Relaxed terms are exact stems, like the words of the strict form (IMPLICIT_PREFIX).
+RELAXED_PREFIX = IMPLICIT_PREFIX
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,12 @@ class LexicalQuery:
     script_tsquery: str | None
     terms: tuple[str, ...]
     explicit: bool
+    # What BM25 sums over (SQLite; PostgreSQL reads the same words back from its tsqueries):
+    # each positive word or phrase word and each relaxed term, with whether it is a prefix,
+    # and the gram terms of unsegmented scripts.
+    score_words: tuple[tuple[str, bool], ...] = ()
+    score_grams: tuple[str, ...] = ()
+    relaxed_words: tuple[str, ...] = ()  # the terms ORed by the relaxed forms
 
 
 def _terms(leaves: list[Leaf]) -> tuple[str, ...]:
@@ -87,6 +92,16 @@ def _terms(leaves: list[Leaf]) -> tuple[str, ...]:
         if (clean := without_formats(token))
     ]
     return tuple(dedupe([token for token in tokens if token not in STOPWORDS] or tokens))
+
+
+def _score_words(leaves: list[Leaf], relaxed: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    words: list[tuple[str, bool]] = []
+    for leaf in leaves:
+        tokens = word_tokens(leaf.text.lower())
+        words += [(token, leaf.prefix and i == len(tokens) - 1) for i, token in enumerate(tokens)]
+    content = [word for word in words if word[0] not in STOPWORDS] or words
+    content += [(term, RELAXED_PREFIX) for term in relaxed]
+    return tuple(dict.fromkeys(word for word in content if has_index_token(word[0])))
 
 
 def _relaxed(text: str, strict_fts5: str) -> tuple[str | None, str | None]:
@@ -113,6 +128,8 @@ def compile_query(text: str) -> LexicalQuery:
     scripted = split_scripts(node)
     fts5 = render_fts5(scripted)
     fts5_relaxed, tsquery_relaxed = (None, None) if parsed.explicit else _relaxed(clean, fts5)
+    relaxed = () if fts5_relaxed is None else tuple(relaxed_terms(clean) or ())
+    leaves = positive_leaves(scripted.words) if scripted.words is not None else []
     return LexicalQuery(
         fts5=fts5,
         fts5_relaxed=fts5_relaxed,
@@ -121,4 +138,7 @@ def compile_query(text: str) -> LexicalQuery:
         script_tsquery=render_script_tsquery(scripted.phrases) if scripted.phrases else None,
         terms=_terms(positive_leaves(node)),
         explicit=parsed.explicit,
+        score_words=_score_words(leaves, relaxed),
+        score_grams=tuple(dict.fromkeys(gram for grams in scripted.phrases for gram in grams)),
+        relaxed_words=relaxed,
     )

@@ -9,9 +9,11 @@ Rules (documented for callers in `service.projects.lexical`):
   not boolean syntax. A leading AND/OR or a trailing operator word is an ordinary word.
 - A negation with nothing positive beside it (`NOT draft`, `(NOT a) OR (NOT b)`) matches
   nothing: FTS5 has no unary NOT, and both stores must return the same rows.
-- Parentheses group only in explicit queries (quotes or operators); elsewhere they are text.
-- Natural-language text (not explicit) is the AND of its words, each a prefix term, with
-  stopwords dropped unless every word is one.
+- A text is explicit (strict, never relaxed) when it uses an operator, a `prefix*` word, or
+  is nothing but one quoted phrase. Parentheses group only in explicit queries.
+- Natural-language text is the AND of its words (each a prefix term, see `auto_prefix`) and of
+  its quoted phrases, with stopwords dropped outside phrases unless every word is one; a
+  quote without its partner is dropped. Numbers and tokens such as `el/1` are words.
 - Malformed explicit syntax (unbalanced parentheses or quotes, an operator without an
   operand, `()`, nesting deeper than `MAX_DEPTH`) falls back to the AND of all words with the
   operator words dropped; it stays explicit, so it is never relaxed.
@@ -25,6 +27,7 @@ from typing import Literal
 from service.projects.lexical_tokens import STOPWORDS, has_index_token, strip_edges, word_tokens
 
 __all__ = [
+    "IMPLICIT_PREFIX",
     "MAX_DEPTH",
     "Group",
     "Leaf",
@@ -38,6 +41,8 @@ __all__ = [
 ]
 
 MAX_DEPTH = 32
+# Whether natural-language words match as prefixes (`star` -> "starts"); see `_natural_leaf`.
+IMPLICIT_PREFIX = True
 _OPERATOR_WORDS = frozenset(("AND", "OR", "NOT"))
 
 
@@ -226,19 +231,36 @@ def _natural_leaf(word: str) -> Leaf | None:
         word = strip_edges(word.rstrip("*"))
     if not has_index_token(word):
         return None
-    return Leaf(word, auto_prefix(word), auto=True)
+    # Plain words are prefixes of their stem (`star` matches "starts", `fri` "Friday"):
+    # measured on NPL with the scope's BM25, MAP 0.2946 with prefixes, 0.2906 without.
+    return Leaf(word, IMPLICIT_PREFIX and auto_prefix(word), auto=IMPLICIT_PREFIX)
 
 
-def _natural(words: list[str]) -> Node | None:
-    leaves = [leaf for leaf in map(_natural_leaf, words) if leaf is not None]
-    first: dict[str, Leaf] = {}
-    for leaf in leaves:
-        first.setdefault(leaf.text.lower(), leaf)
-    content = [leaf for key, leaf in first.items() if key not in STOPWORDS]
-    kept = content or list(first.values())
+def _natural(words: list[str], quoted: frozenset[int] = frozenset()) -> Node | None:
+    """AND of the words (those at `quoted` positions are phrases), in query order."""
+    first: dict[str, tuple[Leaf, bool]] = {}
+    for index, word in enumerate(words):
+        phrase = index in quoted
+        if phrase:
+            text = " ".join(word.split())
+            leaf = Leaf(text, False) if has_index_token(text) else None
+        else:
+            leaf = _natural_leaf(word)
+        if leaf is not None:
+            first.setdefault(leaf.text.lower(), (leaf, phrase))
+    # Stopwords outside quotes are dropped, unless nothing else is left.
+    content = [leaf for key, (leaf, phrase) in first.items() if phrase or key not in STOPWORDS]
+    kept = content or [leaf for leaf, _ in first.values()]
     if not kept:
         return None
     return kept[0] if len(kept) == 1 else Group("and", tuple(kept))
+
+
+def _sentence(tokens: list[_Token]) -> tuple[list[str], frozenset[int]]:
+    """Words and quoted phrases of natural-language text (parentheses are text)."""
+    kept = [token for token in tokens if token.kind in ("word", "op", "phrase")]
+    quoted = frozenset(i for i, token in enumerate(kept) if token.kind == "phrase")
+    return [token.text for token in kept], quoted
 
 
 def _fallback_words(tokens: list[_Token]) -> list[str]:
@@ -251,23 +273,33 @@ def _fallback_words(tokens: list[_Token]) -> list[str]:
     return words
 
 
-def _explicit(text: str, tokens: list[_Token]) -> bool:
-    return '"' in text or any(token.kind == "op" for token in tokens)
+def _is_prefix_word(token: _Token) -> bool:
+    word = strip_edges(token.text)
+    return token.kind == "word" and word.endswith("*") and has_index_token(word)
+
+
+def _explicit(tokens: list[_Token], balanced: bool) -> bool:
+    """Operators, a `prefix*` word, or one quoted phrase alone (a prefix phrase included)."""
+    if any(token.kind == "op" or _is_prefix_word(token) for token in tokens):
+        return True
+    return balanced and len(tokens) == 1 and tokens[0].kind == "phrase"
 
 
 def is_explicit(text: str) -> bool:
-    """Whether the text uses quotes or boolean operators (so is never relaxed)."""
-    tokens, _ = _lex(text)
-    return _explicit(text, _mark_operators(tokens, operators_active(text)))
+    """Whether the text is strict syntax (so is never relaxed); see the module rules."""
+    tokens, balanced = _lex(text)
+    return _explicit(_mark_operators(tokens, operators_active(text)), balanced)
 
 
 def parse_query(text: str) -> ParsedQuery:
     """Parse sanitised query text; never raises."""
     tokens, balanced = _lex(text)
     tokens = _mark_operators(tokens, operators_active(text))
-    explicit = _explicit(text, tokens)
+    explicit = _explicit(tokens, balanced)
     if not explicit:
-        return ParsedQuery(_natural(text.split()), explicit=False)
+        if '"' not in text:
+            return ParsedQuery(_natural(text.split()), explicit=False)
+        return ParsedQuery(_natural(*_sentence(tokens)), explicit=False)
     if balanced and tokens:
         try:
             return ParsedQuery(_Parser(tokens).parse(), explicit=True)

@@ -7,7 +7,6 @@ from service.projects.lexical_script import contains_cjk
 from service.projects.lexical_tokens import (
     STOPWORDS,
     dedupe,
-    is_numeric_token,
     sanitize,
     strip_edges,
     without_formats,
@@ -21,8 +20,8 @@ CJK_EDGE_PUNCTUATION = "?!.,;:\uff0c\u3002\uff01\uff1f\uff1b\uff1a\u3001"
 
 
 def _cjk_terms(words: list[str]) -> tuple[str, ...] | None:
-    # Whitespace-separated CJK words are already content words: no three-token gate.
-    if len(words) < 2 or any(is_numeric_token(word) for word in words):
+    # Whitespace-separated CJK words are already content words.
+    if len(words) < 2:
         return None
     pruned = [word.lower() for word in words if word.isalnum() and word.lower() not in STOPWORDS]
     terms = dedupe(pruned)
@@ -31,11 +30,12 @@ def _cjk_terms(words: list[str]) -> tuple[str, ...] | None:
 
 
 def _word_terms(text: str) -> tuple[str, ...] | None:
+    # Every word counts, numbers and the parts of `el/1` included: the any-word tier only
+    # ever ranks after the documents holding all of them, so it adds and never displaces.
     tokens = word_tokens(text.lower())
-    # Short and identifier-like queries ("SPEC 16") over-broaden when ORed.
-    if len(tokens) < 3 or any(is_numeric_token(token) for token in tokens):
+    if len(tokens) < 2:
         return None
-    kept = [token for token in tokens if token not in STOPWORDS] or tokens
+    kept = [token for token in tokens if token not in STOPWORDS]
     terms: list[str] = []
     for token in kept:
         clean = without_formats(token)
@@ -45,11 +45,13 @@ def _word_terms(text: str) -> tuple[str, ...] | None:
 
 
 def relaxed_terms(text: str) -> tuple[str, ...] | None:
-    """Lower-cased words to OR together when the strict query finds nothing, or None.
+    """Lower-cased words of the any-word tier (ranked after the all-words tier), or None.
 
-    None for empty, quoted or boolean text, for fewer than three word tokens, and for any
-    numeric token. Text with Han, kana or Hangul words needs only two words that survive
-    stopword and punctuation pruning.
+    None for empty or explicit text (operators, `prefix*`, a lone quoted phrase) and for
+    fewer than two word tokens or no content word; words inside quotes of a sentence count
+    like the others.
+    Text with Han, kana or Hangul words needs two words that survive stopword and
+    punctuation pruning.
     """
     clean = sanitize(text).strip()
     if not clean or is_explicit(clean):

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from service.errors import FieldViolation, InvalidArgument
-from service.store.base import Filters, MetadataCondition, Mode
+from service.store.base import RRF_K, Filters, Fusion, MetadataCondition, Mode
 from service.timerange import TimeRange
 
 MAX_TEXT_CHARS = 2000
@@ -18,6 +18,7 @@ MAX_PAGES = 10
 MAX_METADATA_FILTERS = 20
 MAX_FILTER_VALUES = 100
 MAX_FILTER_ITEMS = 100
+MAX_RRF_K = 10_000
 _PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" allows a final newline
 _OPERAND_COUNTS = {
     "eq": (1, 1),
@@ -67,6 +68,8 @@ class ProjectSearchRequest:
     max_pages: int
     include_chunks: bool
     min_similarity: float
+    fusion: Fusion = Fusion.RRF  # HYBRID only
+    rrf_k: int = 0  # 0: RRF_K
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class ValidRequest:
     max_pages: int
     include_chunks: bool
     min_similarity: float
+    fusion: Fusion = Fusion.RRF
+    rrf_k: int = RRF_K
 
 
 def validate(request: ProjectSearchRequest) -> ValidRequest:
@@ -98,6 +103,8 @@ def validate(request: ProjectSearchRequest) -> ValidRequest:
         problems.append(FieldViolation("max_pages", f"must be 1..{MAX_PAGES} (0 = 1)"))
     if not (math.isfinite(request.min_similarity) and 0.0 <= request.min_similarity <= 1.0):
         problems.append(FieldViolation("min_similarity", "must be within [0, 1]"))
+    if not 0 <= request.rrf_k <= MAX_RRF_K:
+        problems.append(FieldViolation("rrf_k", f"must be 1..{MAX_RRF_K} (0 = {RRF_K})"))
     filters = _filters(request.filters, problems)
     if problems:
         raise InvalidArgument(
@@ -113,6 +120,8 @@ def validate(request: ProjectSearchRequest) -> ValidRequest:
         max_pages=request.max_pages or 1,
         include_chunks=request.include_chunks,
         min_similarity=request.min_similarity,
+        fusion=request.fusion,
+        rrf_k=request.rrf_k or RRF_K,
     )
 
 

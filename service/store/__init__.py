@@ -53,8 +53,12 @@ async def open_store(
         from service.store.postgres import PostgresStore
 
         store = PostgresStore(
-            database_url, identity=identity, max_size=pool_size, replica_dsns=replica_urls,
-            replica_max_lag=replica_max_lag, replica_check_interval=replica_check_interval,
+            database_url,
+            identity=identity,
+            max_size=pool_size,
+            replica_dsns=replica_urls,
+            replica_max_lag=replica_max_lag,
+            replica_check_interval=replica_check_interval,
             partitions=partitions,
         )
     else:

@@ -13,8 +13,10 @@ from service.embeddings.base import EmbeddingIdentity
 from service.projects.lexical import LexicalQuery
 from service.timerange import TimeRange
 
-SCORE_VERSION = "max+0.3*min/v1"
 FUSION_BONUS = 0.3
+BM25_K1 = 1.2  # Lucene's defaults (SEARCH_BM25_K1, SEARCH_BM25_B)
+BM25_B = 0.75
+RRF_K = 60  # as in the RRF paper and workspace search
 MAX_MATCHED_CHUNKS = 5
 SNIPPET_CHARS = 300
 
@@ -27,6 +29,25 @@ class Mode(enum.StrEnum):
     FTS = "fts"
     VECTOR = "vector"
     HYBRID = "hybrid"
+
+
+class Fusion(enum.StrEnum):
+    """How HYBRID combines its vector and lexical channels."""
+
+    RRF = "rrf"  # sum of 1 / (k + rank) over the channels' whole lists
+    MAX_MIN = "max_min"  # max(v, f) + 0.3 * min(v, f), f globally normalised BM25
+
+
+def score_version(mode: Mode, fusion: Fusion, rrf_k: int, k1: float, b: float) -> str:
+    """The name of the formula behind `score` for this mode and these parameters."""
+    if mode is Mode.VECTOR:
+        return "cosine/v1"
+    bm25 = f"bm25(k1={k1:g},b={b:g})"
+    if mode is Mode.FTS:
+        return f"{bm25}/v2"
+    if fusion is Fusion.RRF:
+        return f"rrf(k={rrf_k}):cosine+{bm25}/v1"
+    return f"max+0.3*min:cosine+{bm25}/v2"
 
 
 class Outcome(enum.StrEnum):
@@ -168,6 +189,10 @@ class SearchPlan:
     min_similarity: float = 0.0
     exact_scan_limit: int = 50_000  # eligible chunks above this use the ANN index
     timeout: float | None = None  # seconds; the statement is cancelled past it
+    fusion: Fusion = Fusion.RRF  # HYBRID only
+    rrf_k: int = RRF_K
+    bm25_k1: float = BM25_K1
+    bm25_b: float = BM25_B
 
 
 @dataclass(frozen=True)
@@ -367,8 +392,12 @@ class Store(Protocol):
         ...
 
     async def replace_account_credentials(
-        self, tenant: str, account_id: str, sealed_credentials: bytes,
-        *, needs_reconnect: bool | None = None,
+        self,
+        tenant: str,
+        account_id: str,
+        sealed_credentials: bytes,
+        *,
+        needs_reconnect: bool | None = None,
     ) -> bool:
         """Replace an account's sealed credentials in place; False when `tenant` has none.
 
@@ -388,7 +417,9 @@ class Store(Protocol):
         ...
 
     async def refresh_account_credentials(
-        self, tenant: str, account_id: str,
+        self,
+        tenant: str,
+        account_id: str,
         refresh: Callable[[bytes], Awaitable[bytes | None]],
     ) -> bytes | None:
         """Run `refresh(stored sealed credentials)` holding a lock on the account that every

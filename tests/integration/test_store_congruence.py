@@ -1,8 +1,10 @@
 """Congruence: one corpus in SQLite and in PostgreSQL ranks the same way in every mode.
 
-BM25 differs in detail between FTS5's bm25() and the PostgreSQL store's SQL BM25, so the
-corpus keeps lexical order unambiguous: every document has the same number of tokens and
-query terms differ only in how often they occur. Vector order must match exactly.
+Both stores compute the same BM25 (Lucene's, over the scope); their document lengths are
+counted a little differently (SQLite counts stopwords too), so the corpus keeps lexical
+order unambiguous: every document has the same number of tokens and query terms differ only
+in how often they occur. Vector order must match exactly, and so must RRF scores (the same
+ranks give the same sums).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
-from service.store.base import Mode, SearchPage
+from service.store.base import Fusion, Mode, SearchPage
 from tests.integration.conftest import HAVE_PG_SUPPORT, Corpus, Doc, fresh_backend, keys
 
 pytestmark = [
@@ -52,14 +54,16 @@ MIX = [
 # deterministic embedder) so that no two cosine similarities are within 3% of each other.
 REPEATS = [1, 3, 1, 3, 4, 1, 4, 3, 4, 3, 4, 1]
 QUERIES = [
-    (Mode.FTS, "comet"),
-    (Mode.FTS, "comet orbit"),
-    (Mode.FTS, "galaxy xylophone zeppelin"),  # relaxed: only one of the terms occurs
-    (Mode.VECTOR, "comet orbit"),
-    (Mode.VECTOR, "galaxy"),
-    (Mode.VECTOR, "orbit galaxy comet lorem"),
-    (Mode.HYBRID, "comet"),
-    (Mode.HYBRID, "orbit"),
+    (Mode.FTS, "comet", Fusion.RRF),
+    (Mode.FTS, "comet orbit", Fusion.RRF),
+    (Mode.FTS, "galaxy xylophone zeppelin", Fusion.RRF),  # relaxed: one of the terms occurs
+    (Mode.VECTOR, "comet orbit", Fusion.RRF),
+    (Mode.VECTOR, "galaxy", Fusion.RRF),
+    (Mode.VECTOR, "orbit galaxy comet lorem", Fusion.RRF),
+    (Mode.HYBRID, "comet", Fusion.MAX_MIN),
+    (Mode.HYBRID, "orbit", Fusion.MAX_MIN),
+    (Mode.HYBRID, "comet", Fusion.RRF),
+    (Mode.HYBRID, "comet orbit", Fusion.RRF),
 ]
 
 
@@ -105,11 +109,14 @@ async def pair(
         yield corpora
 
 
-def _gaps_are_clear(page: SearchPage, relative: float, mode: Mode) -> bool:
+def _gaps_are_clear(page: SearchPage, relative: float, mode: Mode, fusion: Fusion) -> bool:
     """Neighbours differ clearly, unless they are the same document in two projects.
 
     FTS may tie exactly: equal term and token counts give equal BM25 on either backend.
+    RRF scores are sums of 1 / (k + rank): equal ranks give bitwise equal sums anywhere.
     """
+    if mode is Mode.HYBRID and fusion is Fusion.RRF:
+        return True
     pairs = zip(page.hits, page.hits[1:], strict=False)
     return all(
         (a.kind, a.row_id) == (b.kind, b.row_id)
@@ -119,22 +126,26 @@ def _gaps_are_clear(page: SearchPage, relative: float, mode: Mode) -> bool:
     )
 
 
-@pytest.mark.parametrize(("mode", "text"), QUERIES, ids=[f"{m}-{t}" for m, t in QUERIES])
+@pytest.mark.parametrize(
+    ("mode", "text", "fusion"), QUERIES, ids=[f"{m}-{t}-{f}" for m, t, f in QUERIES]
+)
 async def test_same_ranking_on_both_backends(
-    pair: tuple[Corpus, Corpus], mode: Mode, text: str
+    pair: tuple[Corpus, Corpus], mode: Mode, text: str, fusion: Fusion
 ) -> None:
     pages = []
     for corpus in pair:
         scope = [p.project_id for p in await corpus.store.list_projects("acme", 0, 10)]
         # A floor keeps near-zero similarities (sign decided by rounding) out of the set.
-        pages.append(await corpus.search(scope, mode, text, limit=50, min_similarity=0.05))
+        pages.append(
+            await corpus.search(scope, mode, text, limit=50, min_similarity=0.05, fusion=fusion)
+        )
     sqlite_page, pg_page = pages
     assert sqlite_page.hits, "the query must match something"
-    assert _gaps_are_clear(sqlite_page, 1e-3, mode), "corpus has near-ties; make it unambiguous"
+    assert _gaps_are_clear(sqlite_page, 1e-3, mode, fusion), "corpus has near-ties"
     assert keys(sqlite_page.hits) == keys(pg_page.hits)
     assert sqlite_page.total == pg_page.total
     assert sqlite_page.relaxed == pg_page.relaxed
-    if mode is Mode.VECTOR:
+    if mode is Mode.VECTOR or fusion is Fusion.RRF:
         for a, b in zip(sqlite_page.hits, pg_page.hits, strict=True):
             assert a.score == pytest.approx(b.score, abs=1e-5)
     if mode is not Mode.VECTOR:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.projects.lexical import LexicalQuery
-from service.store.base import Mode
+from service.store.base import Fusion, Mode
 from tests.integration.conftest import SEMANTIC, Corpus, Doc, shared_nebula
 
 LEXICAL = (Mode.FTS, Mode.HYBRID)
@@ -160,7 +160,7 @@ async def test_hybrid_fuses_with_global_normalisation(corpus: Corpus, mode: Mode
             Doc("note", "vector", "radio jet emission"),
         ],
     )
-    page = await corpus.search([project.project_id], mode, "quasar jet")
+    page = await corpus.search([project.project_id], mode, "quasar jet", fusion=Fusion.MAX_MIN)
     hits = {h.row_id: h for h in page.hits}
     for hit in hits.values():
         v, f = hit.vector_score, hit.fts_normalized
@@ -171,3 +171,20 @@ async def test_hybrid_fuses_with_global_normalisation(corpus: Corpus, mode: Mode
         assert hits["lexical"].vector_score == 0
         assert hits["lexical"].score == pytest.approx(hits["lexical"].fts_normalized)
         assert hits["both"].score > 1.0
+
+
+async def test_a_rewritten_document_is_scored_on_its_new_text(corpus: Corpus) -> None:
+    # SQLite reads term frequencies from the FTS5 index: the old text must not linger.
+    (project,) = await corpus.projects(1)
+    await corpus.write(
+        project.project_id,
+        [
+            Doc("note", "a", "star star star", title="t"),
+            Doc("note", "b", "star map night sky", title="t"),
+        ],
+    )
+    await corpus.write(project.project_id, [Doc("note", "a", "star map night sky", title="t")])
+    page = await corpus.search([project.project_id], Mode.FTS, "star")
+    scores = {h.row_id: h.fts_score for h in page.hits}
+    assert scores["a"] == pytest.approx(scores["b"])
+    assert scores["a"] > 0

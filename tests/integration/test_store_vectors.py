@@ -6,7 +6,7 @@ import pytest
 
 from service.embeddings.base import EmbeddingIdentity
 from service.embeddings.deterministic import DeterministicEmbedder
-from service.store.base import Mode, ProjectRecord
+from service.store.base import Fusion, Mode, ProjectRecord
 from tests.integration.conftest import SEMANTIC, Backend, Corpus, Doc, keys
 
 STALE = "UPDATE vectors SET source_hash = 'stale' WHERE project_id = ?"
@@ -159,7 +159,11 @@ async def test_min_similarity_threshold(corpus: Corpus, mode: Mode) -> None:
         ],
     )
     page = await corpus.search(
-        [project.project_id], mode, "supernova remnant expansion", min_similarity=0.99
+        [project.project_id],
+        mode,
+        "supernova remnant expansion",
+        min_similarity=0.99,
+        fusion=Fusion.MAX_MIN,
     )
     hits = {h.row_id: h for h in page.hits}
     assert hits["exact"].vector_score == pytest.approx(1.0, abs=1e-5)

@@ -20,14 +20,17 @@ NPL_QUERY = "MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS BY THE USE OF MICROWA
 def test_multi_word_text_is_and_of_prefix_terms() -> None:
     query = compile_query("project planning")
 
+    # Two words relax too (issue 16): documents with both rank first, then those with one.
     assert query == LexicalQuery(
         fts5='content : ("project"* AND "planning"*)',
-        fts5_relaxed=None,
+        fts5_relaxed='content : ("project"* OR "planning"*)',
         tsquery="('project':* & 'planning':*)",
-        tsquery_relaxed=None,
+        tsquery_relaxed="'project':* | 'planning':*",
         script_tsquery=None,
         terms=("project", "planning"),
         explicit=False,
+        score_words=(("project", True), ("planning", True)),
+        relaxed_words=("project", "planning"),
     )
 
 
@@ -135,7 +138,7 @@ def test_quoted_phrases_keep_their_words_together() -> None:
 
 
 def test_quotes_inside_words_are_escaped() -> None:
-    assert compile_query('say "hello"').fts5 == 'content : ("say" AND "hello")'
+    assert compile_query('say "hello"').fts5 == 'content : ("say"* AND "hello")'
     assert compile_query('"say ""hello"" now"').fts5 == ('content : ("say" AND "hello" AND "now")')
 
 
@@ -179,10 +182,11 @@ def test_parenthetical_terms_group_and_escape() -> None:
 
 
 def test_adjacent_quotes_and_groups_get_an_implicit_and() -> None:
+    # Quotes in a sentence are phrases of natural-language text: the words stay prefixes.
     assert compile_query('incident"response runbook"').fts5 == (
-        'content : ("incident" AND "response runbook")'
+        'content : ("incident"* AND "response runbook")'
     )
-    assert compile_query('"incident"(response)').tsquery == "('incident' & 'response')"
+    assert compile_query('"incident"(response)').tsquery == "('incident' & 'response':*)"
 
 
 def test_operator_characters_inside_operands_stay_text() -> None:
@@ -271,15 +275,36 @@ class TestRelaxationEligibility:
             '"exact phrase about access tokens"',
             "alpha OR beta gamma delta",
             "alpha NOT beta gamma",
-            "SPEC 16 design",
-            "two words",
+            "alpha* beta",
         ],
     )
-    def test_explicit_short_and_numeric_queries_never_relax(self, text: str) -> None:
+    def test_explicit_queries_never_relax(self, text: str) -> None:
         query = compile_query(text)
 
         assert query.fts5_relaxed is None
         assert query.tsquery_relaxed is None
+
+    @pytest.mark.parametrize(
+        ("text", "strict", "relaxed"),
+        [
+            ("SPEC 16 design", '"SPEC"* AND "16"* AND "design"*', '"spec"* OR "16"* OR "design"*'),
+            ("two words", '"two"* AND "words"*', '"two"* OR "words"*'),
+            (
+                'editors for "what you see is what you get"',
+                '"editors"* AND "what you see is what you get"',
+                '"editors"* OR "see"* OR "get"*',
+            ),
+            ("report el/1", '"report"* AND "el/1"', '"report"* OR "el"* OR "1"*'),
+        ],
+    )
+    def test_numeric_short_and_quoted_sentences_relax(
+        self, text: str, strict: str, relaxed: str
+    ) -> None:
+        query = compile_query(text)
+
+        assert not query.explicit
+        assert query.fts5 == f"content : ({strict})"
+        assert query.fts5_relaxed == f"content : ({relaxed})"
 
     def test_relaxed_form_equal_to_strict_is_omitted(self) -> None:
         assert compile_query("what is love").fts5_relaxed is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,12 @@ def _plan(mode: Mode, lexical: LexicalQuery | None, limit: int = 10, offset: int
 
 
 def _lexical(fts5: str | None, relaxed: str | None) -> LexicalQuery:
-    return LexicalQuery(fts5, relaxed, None, None, None, (), False)
+    words = (("a", False), ("b", False))
+    return LexicalQuery(fts5, relaxed, None, None, None, (), False, score_words=words)
+
+
+_BM25 = q.BM25.format(scope_stats=q.SCOPE_STATS_WORDS.strip(), content_size=q.CONTENT_SIZE)
+_ONE_TIER = (q.FTS_STRICT, q.FTS_LOOSE_NONE, _BM25, q.FTS_TIERED)
 
 
 @pytest.mark.parametrize(
@@ -43,12 +49,12 @@ def _lexical(fts5: str | None, relaxed: str | None) -> LexicalQuery:
         (
             'content : ("a")',
             'content : ("a" OR "b")',
-            (q.FTS_STRICT, q.FTS_RELAXED),
-            q.RELAXED_WHEN_STRICT_EMPTY,
+            (q.FTS_STRICT, q.FTS_LOOSE, _BM25, q.FTS_TIERED),
+            q.RELAXED_WHEN_LOOSE,
         ),
-        ('content : ("a")', None, (q.FTS_STRICT, q.FTS_FROM_STRICT), q.RELAXED_NEVER),
-        ('content : ("a")', "broken (", (q.FTS_STRICT, q.FTS_FROM_STRICT), q.RELAXED_NEVER),
-        ("broken (", 'content : ("a")', (q.FTS_STRICT, q.FTS_FROM_STRICT), q.RELAXED_ALWAYS),
+        ('content : ("a")', None, _ONE_TIER, q.RELAXED_NEVER),
+        ('content : ("a")', "broken (", _ONE_TIER, q.RELAXED_NEVER),
+        ("broken (", 'content : ("a")', _ONE_TIER, q.RELAXED_ALWAYS),
         ("broken (", None, (q.FTS_NONE,), q.RELAXED_NEVER),
     ],
 )
@@ -59,6 +65,49 @@ def test_lexical_choice(
     assert (chosen.ctes, chosen.relaxed) == (ctes, flag)
     if flag == q.RELAXED_ALWAYS:
         assert chosen.bindings["fts_query"] == relaxed
+    if ctes != (q.FTS_NONE,):
+        # BM25 sums over each distinct index term once, in the order given.
+        terms = [["a", False, "content", False], ["b", False, "content", False]]
+        assert json.loads(chosen.bindings["score_terms"]) == terms
+
+
+def test_relaxed_matches_come_from_the_term_frequencies(checker: Fts5Checker) -> None:
+    chosen = choose_lexical(_plan(Mode.FTS, compile_query("deploy freeze friday")), checker)
+    assert q.FTS_LOOSE_FROM_TERMS in chosen.ctes
+    assert "fts_relaxed" not in chosen.bindings
+    terms = json.loads(chosen.bindings["score_terms"])
+    assert [(stem, prefix, relaxed) for stem, prefix, _, relaxed in terms] == [
+        ("deploi", True, True),
+        ("freez", True, True),
+        ("fridai", True, True),
+    ]
+
+
+def test_gram_terms_read_both_column_sizes(checker: Fts5Checker) -> None:
+    chosen = choose_lexical(_plan(Mode.FTS, compile_query("即适者生存 fitness")), checker)
+    assert json.loads(chosen.bindings["score_terms"])[-1][2] == "ngrams"
+    assert any(q.SCOPE_STATS_GRAMS.strip() in cte for cte in chosen.ctes)
+
+
+def test_prefix_terms_are_one_term_per_stem(checker: Fts5Checker) -> None:
+    chosen = choose_lexical(_plan(Mode.FTS, compile_query("running runs dogs")), checker)
+    # "running" and "runs" stem alike: one term, scored by its exact stem's count.
+    terms = json.loads(chosen.bindings["score_terms"])
+    assert [(stem, prefix) for stem, prefix, _, _ in terms] == [("run", True), ("dog", True)]
+
+
+def test_hybrid_fusion_picks_its_scoring_fragment(checker: Fts5Checker) -> None:
+    from service.store.base import Fusion
+
+    plan = _plan(Mode.HYBRID, compile_query("a b"))
+    rrf, bindings = build(plan, VectorIndex(IDENTITY, False), checker)
+    assert q.SCORED_RRF in rrf
+    assert bindings["rrf_k"] == 60
+    max_min, _ = build(
+        dataclasses.replace(plan, fusion=Fusion.MAX_MIN), VectorIndex(IDENTITY, False), checker
+    )
+    assert q.SCORED_HYBRID in max_min
+    assert q.SCORED_RRF not in max_min
 
 
 def test_blank_text_lists_in_fts_and_is_silent_in_hybrid(checker: Fts5Checker) -> None:

@@ -58,7 +58,8 @@ async def create_account(conn: Conn, record: AccountRecord) -> None:
         )
     except asyncpg.UniqueViolationError as exc:
         raise errors.AlreadyExists(
-            f"account {record.account_id!r} already exists", reason="ACCOUNT_ALREADY_EXISTS",
+            f"account {record.account_id!r} already exists",
+            reason="ACCOUNT_ALREADY_EXISTS",
             metadata={"accountId": record.account_id},
         ) from exc
 

@@ -44,10 +44,16 @@ class Check:
 
 _V384 = "array_fill({value}::real, ARRAY[384])::vector"
 CHECKS: tuple[Check, ...] = (
-    Check("384-d cosine distance (<=>)",
-          (f"SELECT {_V384.format(value=0.5)} <=> {_V384.format(value=0.25)}",), 0.0),
-    Check("vector_norm of a 384-d vector",
-          (f"SELECT vector_norm({_V384.format(value=0.5)})",), math.sqrt(384 * 0.25)),
+    Check(
+        "384-d cosine distance (<=>)",
+        (f"SELECT {_V384.format(value=0.5)} <=> {_V384.format(value=0.25)}",),
+        0.0,
+    ),
+    Check(
+        "vector_norm of a 384-d vector",
+        (f"SELECT vector_norm({_V384.format(value=0.5)})",),
+        math.sqrt(384 * 0.25),
+    ),
     Check(
         "HNSW build over 300 384-d vectors and an index scan",
         (
@@ -138,8 +144,8 @@ async def check_pgvector(
                 for statement in check.statements:
                     value = await conn.fetchval(statement)
                 if check.expected is not None and (
-                    value is None or not math.isclose(float(value), check.expected,
-                                                      rel_tol=1e-4, abs_tol=1e-5)
+                    value is None
+                    or not math.isclose(float(value), check.expected, rel_tol=1e-4, abs_tol=1e-5)
                 ):
                     raise PgvectorCanaryError(
                         f"pgvector {version} gave a wrong answer in the canary's {check.name}: "
@@ -148,8 +154,12 @@ async def check_pgvector(
             raise _Rollback
     except _Rollback:
         return str(version)
-    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-            asyncpg.exceptions.CrashShutdownError) as error:
+    except (
+        OSError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.InterfaceError,
+        asyncpg.exceptions.CrashShutdownError,
+    ) as error:
         signal = await _crash_line(log_path, since)
         cause = f" (server log: {signal})" if signal else f" ({type(error).__name__}: {error})"
         raise PgvectorCanaryError(

@@ -11,8 +11,6 @@ from __future__ import annotations
 from service.store.postgres.search_sql import IN_SCOPE
 
 _IN_SCOPE_D = IN_SCOPE.format(alias="d")
-BM25_K1 = 1.2
-BM25_B = 0.75
 
 LEXICAL_INPUT = """
 lex_parsed AS (
@@ -107,8 +105,8 @@ tf AS MATERIALIZED (
         OFFSET 0
     ) AS t
 ),"""  # noqa: S608 - only constant fragments are interpolated
-# BM25 (k1, b as in Lucene; idf = ln(1 + (N - df + 0.5) / (df + 0.5))) with N, avgdl and df
-# over the eligible scope.
+# Lucene's BM25 (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 and b from the plan) with N,
+# avgdl and df over the eligible scope; the SQLite store computes the same sum.
 BM25 = f"""
 df AS MATERIALIZED (SELECT chan, lexeme, count(*)::float8 AS df FROM tf GROUP BY chan, lexeme),
 stats AS MATERIALIZED (
@@ -123,8 +121,8 @@ scores AS MATERIALIZED (
     SELECT tf.project_id, tf.kind, tf.row_id,
            bool_or(tf.strict_hit) AS strict_hit, bool_or(tf.relaxed_hit) AS relaxed_hit,
            sum(ln(1.0 + (s.n - df.df + 0.5) / (df.df + 0.5))
-               * tf.tf * ({BM25_K1} + 1.0)
-               / (tf.tf + {BM25_K1} * (1.0 - {BM25_B} + {BM25_B} * tf.dl
+               * tf.tf * (:bm25_k1::float8 + 1.0)
+               / (tf.tf + :bm25_k1::float8 * (1.0 - :bm25_b::float8 + :bm25_b::float8 * tf.dl
                    / CASE WHEN tf.chan = 0 THEN s.avgdl ELSE s.avgnl END))) AS score
     FROM tf
     JOIN df ON df.chan = tf.chan AND df.lexeme = tf.lexeme

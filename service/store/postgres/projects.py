@@ -127,9 +127,7 @@ async def index_status(
     if not rows:
         return []
     vectors: dict[int, dict[EmbeddingIdentity, tuple[int, int]]] = {}
-    for row in await conn.fetch(
-        STATUS_EMBEDDINGS, tenant, [r["project_id"] for r in rows]
-    ):
+    for row in await conn.fetch(STATUS_EMBEDDINGS, tenant, [r["project_id"] for r in rows]):
         found = EmbeddingIdentity(row["model"], row["dimensions"])
         vectors.setdefault(row["project_id"], {})[found] = (row["ready"], row["pending"])
     return [_status(row, vectors.get(row["project_id"], {}), identity) for row in rows]

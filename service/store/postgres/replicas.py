@@ -144,9 +144,7 @@ class ReplicaRouter:
             if not replica.opened:
                 await replica.db.open()
                 replica.opened = True
-            row = await replica.db.run(
-                lambda conn: conn.fetchrow(REPLICA_STATE, primary_position)
-            )
+            row = await replica.db.run(lambda conn: conn.fetchrow(REPLICA_STATE, primary_position))
         except Exception:  # down, or not yet replayed the schema (no vector type): skip it
             log.debug("replica %d unavailable", self.replicas.index(replica), exc_info=True)
             replica.healthy = False

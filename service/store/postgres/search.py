@@ -12,6 +12,7 @@ from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
     SNIPPET_CHARS,
+    Fusion,
     Mode,
     SearchHit,
     SearchPage,
@@ -25,6 +26,7 @@ from service.store.postgres.pool import Conn
 
 KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
+_HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
 
 def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, Any]]:
@@ -40,6 +42,8 @@ def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, 
         "tsq": lexical.tsquery,
         "script_tsq": lexical.script_tsquery,
         "tsq_relaxed": lexical.tsquery_relaxed,
+        "bm25_k1": float(plan.bm25_k1),
+        "bm25_b": float(plan.bm25_b),
     }
     return ctes, lx.RELAXED_FLAG, bindings
 
@@ -68,7 +72,8 @@ def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
         ]
         exact = q.EXACT_BY_COUNT
     total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
-    ctes += [_SCORED[plan.mode], q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
+    scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
+    ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
@@ -85,6 +90,7 @@ def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[s
         "offset": plan.offset,
         "snippet_chars": SNIPPET_CHARS,
         "fusion_bonus": FUSION_BONUS,
+        "rrf_k": int(plan.rrf_k),
         "min_similarity": float(plan.min_similarity),
         "model": identity.model if identity else None,
         "dimensions": identity.dimensions if identity else None,
@@ -149,4 +155,3 @@ def _hit(row: Mapping[str, Any]) -> SearchHit:
         snippet=row["snippet"],
         chunks=parse_chunks(row["chunks"]),
     )
-

@@ -149,6 +149,38 @@ scored AS (
            1 AS tier
     FROM fused
 ),"""
+# Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the
+# channels a document is in, ranks 1-based in each channel's own order (the FTS list's tiers
+# included), ties in a channel broken by identity so that ranks never depend on paging.
+SCORED_RRF = """
+fts_ranked AS (
+    SELECT project_id, kind, row_id, fts_score,
+           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f,
+           row_number() OVER (
+               ORDER BY tier DESC, fts_score DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
+           ) AS r
+    FROM fts
+),
+vector_ranked AS (
+    SELECT project_id, kind, row_id, v,
+           row_number() OVER (
+               ORDER BY v DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
+           ) AS r
+    FROM vector_scores
+),
+channels AS (
+    SELECT project_id, kind, row_id, v, 0.0::float8 AS fts_score, 0.0::float8 AS f,
+           1.0::float8 / (:rrf_k::int + r) AS part
+    FROM vector_ranked
+    UNION ALL
+    SELECT project_id, kind, row_id, 0.0::float8, fts_score, f, 1.0::float8 / (:rrf_k::int + r)
+    FROM fts_ranked
+),
+scored AS (
+    SELECT project_id, kind, row_id, sum(part) AS score, max(v) AS v,
+           max(fts_score) AS fts_score, max(f) AS f, 1 AS tier
+    FROM channels GROUP BY project_id, kind, row_id
+),"""
 
 PAGE = """
 page AS MATERIALIZED (

@@ -9,8 +9,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
+from service import context as request_context
 from service import errors, tracing
 from service.embeddings.base import EmbeddingIdentity
+from service.fair_queue import FairQueue
 from service.store.base import (
     AccountRecord,
     Capabilities,
@@ -68,6 +70,13 @@ class PostgresStore:
         self._identity = identity
         self._search_timeout = search_timeout
         self._db = Database(dsn, self._settings)
+        # Searches hold at most all but one connection of the pools (in turns, see
+        # FairQueue); the last primary one serves writes and the small reads (scope checks,
+        # listings) however busy searches are.
+        self._search_turns = FairQueue(
+            max(1, max_size * (1 + len(replica_dsns)) - 1),
+            reason="READERS_BUSY", what="a database connection",
+        )
         self._ann = AnnMaintainer(self._db, identity) if identity is not None else None
         self._ann_background = ann_maintenance
         self._partitions = partitions
@@ -243,10 +252,14 @@ class PostgresStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         timeout = plan.timeout if plan.timeout is not None else self._search_timeout
+        # Searches take turns at the pool by tenant; one that would wait past its call's
+        # deadline is refused at once (READERS_BUSY, RetryInfo), as on SQLite.
+        budget = request_context.current().time_remaining()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
-            if self._replicas is not None:
-                return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
-            page = await self._db.run(lambda conn: run_search(conn, plan, timeout))
+            async with self._search_turns.turn(plan.tenant, budget):
+                if self._replicas is not None:
+                    return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
+                page = await self._db.run(lambda conn: run_search(conn, plan, timeout))
             self._reads += 1
             return page
 
@@ -265,9 +278,7 @@ class PostgresStore:
         identity = self._identity
         if identity is None:
             return 0
-        return await self._db.run_unhooked(
-            lambda conn: projects.pending_chunks_raw(conn, identity)
-        )
+        return await self._db.run_unhooked(lambda conn: projects.pending_chunks_raw(conn, identity))
 
     async def create_account(self, record: AccountRecord) -> None:
         """Store an account."""
@@ -289,8 +300,12 @@ class PostgresStore:
             await accounts.set_account_reconnect(conn, tenant, account_id, needs)
 
     async def replace_account_credentials(
-        self, tenant: str, account_id: str, sealed_credentials: bytes,
-        *, needs_reconnect: bool | None = None,
+        self,
+        tenant: str,
+        account_id: str,
+        sealed_credentials: bytes,
+        *,
+        needs_reconnect: bool | None = None,
     ) -> bool:
         """Replace an account's sealed credentials in place; False when not found."""
         async with self._db.connection() as conn:
@@ -310,7 +325,9 @@ class PostgresStore:
         return await self._db.run(lambda conn: limits.active(conn, account_id, now))
 
     async def refresh_account_credentials(
-        self, tenant: str, account_id: str,
+        self,
+        tenant: str,
+        account_id: str,
         refresh: Callable[[bytes], Awaitable[bytes | None]],
     ) -> bytes | None:
         """Run `refresh(sealed)` under the account's row lock and commit what it returns."""

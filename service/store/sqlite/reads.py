@@ -157,9 +157,8 @@ def index_status(
         projects = [project_record(r) for r in conn.execute(ALL_PROJECTS, (tenant,))]
     ids = json.dumps([p.project_id for p in projects])
     counts = {
-        pid: (docs, chunks) for pid, docs, chunks in conn.execute(
-            DOCUMENT_AND_CHUNK_COUNTS, (tenant, ids)
-        )
+        pid: (docs, chunks)
+        for pid, docs, chunks in conn.execute(DOCUMENT_AND_CHUNK_COUNTS, (tenant, ids))
     }
     vectors: dict[int, dict[EmbeddingIdentity, tuple[int, int]]] = {}
     for pid, model, dims, ready, pending in conn.execute(VECTOR_COUNTS, (tenant, ids)):

@@ -11,10 +11,13 @@ from typing import Any
 import apsw
 
 from service import errors
+from service.projects.lexical import RELAXED_PREFIX
+from service.projects.lexical_fts5 import CONTENT_COLUMN, NGRAMS_COLUMN
 from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
     SNIPPET_CHARS,
+    Fusion,
     Mode,
     SearchHit,
     SearchPage,
@@ -23,7 +26,7 @@ from service.store.base import (
 from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.sqlite import search_sql as q
 from service.store.sqlite.filters import filter_sql
-from service.store.sqlite.lexical_check import Fts5Checker
+from service.store.sqlite.lexical_check import Fts5Checker, register_functions
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import from_micros, load_metadata, vector_blob
 
@@ -31,6 +34,7 @@ KNN_MAX_K = 4096  # sqlite-vec's limit on k (which applies per project partition
 # SQLite VM instructions between deadline checks (microseconds of work each time).
 PROGRESS_STEPS = 10_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
+_HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,34 @@ class Lexical:
 
     ctes: tuple[str, ...]
     relaxed: str
-    bindings: dict[str, str]
+    bindings: dict[str, Any]
+
+
+def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[tuple[str, bool, str, bool]]:
+    """The plan's BM25 terms as `(stem, prefix, column, relaxed)`, each stem once.
+
+    `relaxed` marks the terms of the relaxed form when each of its words is one index term:
+    its matches are then exactly the documents holding one of those terms.
+    """
+    lexical = plan.lexical
+    if lexical is None:
+        return []
+    # A hand-built query without scoring words scores its positive terms as exact words.
+    words = checker.index_terms(lexical.score_words or [(t, False) for t in lexical.terms])
+    grams = checker.index_terms([(gram, False) for gram in lexical.score_grams])
+    stems = [checker.stems(word, RELAXED_PREFIX) for word in lexical.relaxed_words]
+    loose = set()
+    if stems and all(len(found) == 1 for found in stems):
+        loose = {(found[0], RELAXED_PREFIX) for found in stems}
+    if not loose <= set(words):
+        loose = set()
+    return [(stem, prefix, CONTENT_COLUMN, (stem, prefix) in loose) for stem, prefix in words] + [
+        (gram, False, NGRAMS_COLUMN, False) for gram, _ in grams
+    ]
 
 
 def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = False) -> Lexical:
-    """Strict + relaxed fallback when both parse; whatever parses otherwise; else nothing."""
+    """Strict + relaxed tiers when both parse; whatever parses otherwise; else nothing."""
     strict = plan.lexical.fts5 if plan.lexical else None
     if strict is None and not disabled:
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
@@ -51,17 +78,29 @@ def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = F
     relaxed = plan.lexical.fts5_relaxed if plan.lexical else None
     strict_ok = strict is not None and not disabled and checker.valid(strict)
     relaxed_ok = relaxed is not None and not disabled and checker.valid(relaxed)
+    terms = [] if disabled else scoring_terms(plan, checker)
+    if not terms or not (strict_ok or relaxed_ok):
+        return Lexical((q.FTS_NONE,), q.RELAXED_NEVER, {})
+    bindings: dict[str, Any] = {
+        "score_terms": json.dumps(terms),
+        "bm25_k1": float(plan.bm25_k1),
+        "bm25_b": float(plan.bm25_b),
+    }
+    grams = any(column == NGRAMS_COLUMN for _, _, column, _ in terms)
+    stats = q.SCOPE_STATS_GRAMS if grams else q.SCOPE_STATS_WORDS
+    bm25 = q.BM25.format(scope_stats=stats.strip(), content_size=q.CONTENT_SIZE)
     if strict_ok and relaxed_ok:
-        return Lexical(
-            (q.FTS_STRICT, q.FTS_RELAXED),
-            q.RELAXED_WHEN_STRICT_EMPTY,
-            {"fts_query": str(strict), "fts_relaxed": str(relaxed)},
-        )
-    if strict_ok or relaxed_ok:
-        text = str(strict if strict_ok else relaxed)
-        flag = q.RELAXED_NEVER if strict_ok else q.RELAXED_ALWAYS
-        return Lexical((q.FTS_STRICT, q.FTS_FROM_STRICT), flag, {"fts_query": text})
-    return Lexical((q.FTS_NONE,), q.RELAXED_NEVER, {})
+        bindings["fts_query"] = str(strict)
+        if any(term[3] for term in terms):
+            # The relaxed matches are read off the term frequencies: no second MATCH.
+            ctes = (q.FTS_STRICT, bm25, q.FTS_LOOSE_FROM_TERMS, q.FTS_TIERED)
+        else:
+            bindings["fts_relaxed"] = str(relaxed)
+            ctes = (q.FTS_STRICT, q.FTS_LOOSE, bm25, q.FTS_TIERED)
+        return Lexical(ctes, q.RELAXED_WHEN_LOOSE, bindings)
+    bindings["fts_query"] = str(strict if strict_ok else relaxed)
+    flag = q.RELAXED_NEVER if strict_ok else q.RELAXED_ALWAYS
+    return Lexical((q.FTS_STRICT, q.FTS_LOOSE_NONE, bm25, q.FTS_TIERED), flag, bindings)
 
 
 def build(
@@ -86,7 +125,8 @@ def build(
             ctes.append(q.EXACT_SIMS)
         ctes.append(q.VECTOR_SCORES)
     total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
-    ctes += [_SCORED[plan.mode], q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
+    scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
+    ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
@@ -103,6 +143,7 @@ def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[s
         "offset": plan.offset,
         "snippet_chars": SNIPPET_CHARS,
         "fusion_bonus": FUSION_BONUS,
+        "rrf_k": int(plan.rrf_k),
         "min_similarity": plan.min_similarity,
         "model": identity.model if identity else None,
         "dimensions": identity.dimensions if identity else None,
@@ -169,6 +210,7 @@ def run_search(
 def _fetch(
     conn: apsw.Connection, plan: SearchPlan, index: VectorIndex, checker: Fts5Checker
 ) -> list[tuple[Any, ...]]:
+    register_functions(conn)
     sql, bindings = build(plan, index, checker)
     try:
         return conn.execute(sql, bindings).fetchall()
@@ -206,4 +248,3 @@ def _hit(row: tuple[Any, ...]) -> SearchHit:
         snippet=row[18],
         chunks=parse_chunks(row[19]),
     )
-

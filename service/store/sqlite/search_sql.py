@@ -27,34 +27,120 @@ eligible AS MATERIALIZED (
     {filters}
 )"""
 
-# FTS5 bm25() is negative (lower is better); its negation is higher-is-better. The unary
-# `+` hides the rowid filter from FTS5: offered `rowid IN (...)`, FTS5 re-runs the MATCH
-# once per eligible rowid (seconds on a few thousand rows) instead of once in total.
+# Lexical channel. Membership comes from FTS5 MATCH (strict form, and the relaxed any-word
+# form); the score is Lucene's BM25 computed here over the eligible scope, the same formula
+# the PostgreSQL store computes: FTS5's own bm25() clamps idf to ~1e-6 for any term in half
+# the table or more, and takes N, df and avgdl from the whole table rather than the scope.
+# The unary `+` hides the rowid filter from FTS5: offered `rowid IN (...)`, FTS5 re-runs the
+# MATCH once per eligible rowid (seconds on a few thousand rows) instead of once in total.
 FTS_STRICT = """
 fts_strict AS MATERIALIZED (
-    SELECT rowid AS doc_id, -bm25(docs_fts) AS fts_score
+    SELECT rowid AS doc_id
     FROM docs_fts
     WHERE docs_fts MATCH :fts_query AND +rowid IN (SELECT doc_id FROM eligible)
 )"""
-FTS_FROM_STRICT = """
-fts AS (SELECT doc_id, fts_score, 1 AS tier FROM fts_strict)"""
-# Relaxation is tiered and decided over the whole scope: rows matching every word (tier 1)
-# rank first, then rows matching only some of the words (tier 0), each tier by BM25.
-FTS_RELAXED = """
-fts AS MATERIALIZED (
-    SELECT doc_id, fts_score, 1 AS tier FROM fts_strict
-    UNION ALL
-    SELECT rowid, -bm25(docs_fts), 0
+FTS_LOOSE = """
+fts_loose AS MATERIALIZED (
+    SELECT rowid AS doc_id
     FROM docs_fts
     WHERE docs_fts MATCH :fts_relaxed AND +rowid IN (SELECT doc_id FROM eligible)
       AND rowid NOT IN (SELECT doc_id FROM fts_strict)
+)"""
+FTS_LOOSE_FROM_TERMS = """
+fts_loose AS MATERIALIZED (
+    SELECT DISTINCT t.doc_id
+    FROM term_tf AS t JOIN query_terms AS q ON q.term = t.term
+    WHERE q.relaxed AND t.doc_id NOT IN (SELECT doc_id FROM fts_strict)
+)"""
+FTS_LOOSE_NONE = """
+fts_loose AS (SELECT 0 AS doc_id WHERE 0)"""
+# Term frequencies from the index itself (`temp.docs_fts_instance`, lexical_check.py: one row
+# per occurrence): `:score_terms` lists `[stem, prefix, column, relaxed]` per query term. A prefix
+# term's tf is its exact stem's count, or 1 when only longer terms occur, as on PostgreSQL
+# (whose tsvector cannot list the longer lexemes cheaply). CROSS JOIN keeps the terms outer,
+# so each is a range lookup in the index. df, N and the average column sizes are counted over
+# the eligible scope (docsize: FTS5's per-row token counts).
+BM25 = """
+query_terms AS MATERIALIZED (
+    SELECT CAST(key AS INTEGER) AS term, value ->> 0 AS stem, value ->> 1 AS prefix,
+           value ->> 2 AS col, value ->> 3 AS relaxed
+    FROM json_each(:score_terms)
+),
+term_tf AS MATERIALIZED (
+    SELECT t.term, i.doc AS doc_id, t.col,
+           CASE WHEN t.prefix THEN MAX(1, SUM(i.term = t.stem)) ELSE COUNT(*) END AS tf
+    FROM query_terms AS t
+    CROSS JOIN docs_fts_instance AS i
+    WHERE i.term >= t.stem AND i.term < t.stem || char(1114111) AND i.col = t.col
+      AND (t.prefix OR i.term = t.stem)
+      AND i.doc IN (SELECT doc_id FROM eligible)
+    GROUP BY t.term, i.doc
+),
+term_df AS MATERIALIZED (SELECT term, COUNT(*) AS df FROM term_tf GROUP BY term),
+{scope_stats},
+bm25 AS MATERIALIZED (
+    SELECT t.doc_id,
+           SUM(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
+               / (t.tf + :bm25_k1 * (1.0 - :bm25_b + :bm25_b
+                   * CASE WHEN t.col = 'content' THEN {content_size}
+                          ELSE search_column_size(z.sz, 1) END
+                   / CASE WHEN t.col = 'content' THEN s.avgdl ELSE s.avgnl END)))
+               AS fts_score
+    FROM term_tf AS t
+    JOIN term_df AS d ON d.term = t.term
+    JOIN docs_fts_docsize AS z ON z.id = t.doc_id
+    CROSS JOIN scope_stats AS s
+    GROUP BY t.doc_id
+)"""
+# Scope statistics: N and the mean token count of each column over the eligible rows, read
+# from FTS5's docsize table (one big-endian varint per column). The content column's varint
+# is decoded in SQL (up to 2^21 tokens: `instr` of one byte in a table of all 256 bytes is
+# its value); queries with gram terms also need the second one, decoded by
+# `search_column_size` (a Python function, ~1 us a row).
+_BYTE_TABLE = "X'" + bytes(range(256)).hex().upper() + "'"
+
+
+def _byte(i: int) -> str:
+    return f"(instr({_BYTE_TABLE}, substr(z.sz, {i}, 1)) - 1)"
+
+
+CONTENT_SIZE = f"""(CASE WHEN {_byte(1)} < 128 THEN {_byte(1)}
+                WHEN {_byte(2)} < 128 THEN ({_byte(1)} - 128) * 128 + {_byte(2)}
+                ELSE (({_byte(1)} - 128) * 128 + {_byte(2)} - 128) * 128 + {_byte(3)} END)"""
+SCOPE_STATS_WORDS = f"""
+scope_stats AS MATERIALIZED (
+    SELECT COUNT(*) AS n, COALESCE(NULLIF(AVG({CONTENT_SIZE}), 0), 1.0) AS avgdl, 1.0 AS avgnl
+    FROM eligible AS e JOIN docs_fts_docsize AS z ON z.id = e.doc_id
+)"""  # noqa: S608 - only constant fragments are interpolated
+SCOPE_STATS_GRAMS = f"""
+scope_stats AS MATERIALIZED (
+    SELECT COUNT(*) AS n,
+           COALESCE(NULLIF(AVG({CONTENT_SIZE}), 0), 1.0) AS avgdl,
+           COALESCE(NULLIF(AVG(search_column_size(z.sz, 1)), 0), 1.0) AS avgnl
+    FROM eligible AS e JOIN docs_fts_docsize AS z ON z.id = e.doc_id
+)"""  # noqa: S608 - only constant fragments are interpolated
+# Relaxation is tiered and decided over the whole scope: rows matching every word (tier 1)
+# rank first, then rows matching only some of the words (tier 0), each tier by BM25.
+# (IN, not LEFT JOIN: SQLite would scan bm25 once per member.) A member holding no scoring
+# term cannot happen with compiled queries; it would keep a zero score.
+FTS_TIERED = """
+fts AS MATERIALIZED (
+    SELECT doc_id, fts_score, 1 AS tier FROM bm25
+    WHERE doc_id IN (SELECT doc_id FROM fts_strict)
+    UNION ALL
+    SELECT doc_id, fts_score, 0 FROM bm25
+    WHERE doc_id IN (SELECT doc_id FROM fts_loose)
+    UNION ALL
+    SELECT doc_id, 0.0, 1 FROM fts_strict WHERE doc_id NOT IN (SELECT doc_id FROM bm25)
+    UNION ALL
+    SELECT doc_id, 0.0, 0 FROM fts_loose WHERE doc_id NOT IN (SELECT doc_id FROM bm25)
 )"""
 FTS_ALL = """
 fts AS (SELECT doc_id, 0.0 AS fts_score, 1 AS tier FROM eligible)"""
 FTS_NONE = """
 fts AS (SELECT 0 AS doc_id, 0.0 AS fts_score, 1 AS tier WHERE 0)"""
 RELAXED_NEVER = "0"
-RELAXED_WHEN_STRICT_EMPTY = "EXISTS (SELECT 1 FROM fts WHERE tier = 0)"
+RELAXED_WHEN_LOOSE = "EXISTS (SELECT 1 FROM fts WHERE tier = 0)"
 RELAXED_ALWAYS = "1"
 
 VALID_VECTOR = """v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
@@ -160,6 +246,33 @@ fused AS (
 scored AS (
     SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f, 1 AS tier
     FROM fused
+)"""
+# Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the
+# channels a document is in, ranks 1-based in each channel's own order (the FTS list's tiers
+# included), ties in a channel broken by identity so that ranks never depend on paging.
+SCORED_RRF = """
+fts_ranked AS (
+    SELECT f.doc_id, f.fts_score,
+           COALESCE(f.fts_score / NULLIF(MAX(f.fts_score) OVER (), 0.0), 0.0) AS f,
+           ROW_NUMBER() OVER (
+               ORDER BY f.tier DESC, f.fts_score DESC, e.project_id, e.kind, e.row_id
+           ) AS r
+    FROM fts AS f JOIN eligible AS e ON e.doc_id = f.doc_id
+),
+vector_ranked AS (
+    SELECT s.doc_id, s.v,
+           ROW_NUMBER() OVER (ORDER BY s.v DESC, e.project_id, e.kind, e.row_id) AS r
+    FROM vector_scores AS s JOIN eligible AS e ON e.doc_id = s.doc_id
+),
+channels AS (
+    SELECT doc_id, v, 0.0 AS fts_score, 0.0 AS f, 1.0 / (:rrf_k + r) AS part FROM vector_ranked
+    UNION ALL
+    SELECT doc_id, 0.0, fts_score, f, 1.0 / (:rrf_k + r) FROM fts_ranked
+),
+scored AS (
+    SELECT doc_id, SUM(part) AS score, MAX(v) AS v, MAX(fts_score) AS fts_score, MAX(f) AS f,
+           1 AS tier
+    FROM channels GROUP BY doc_id
 )"""
 
 PAGE = """

@@ -11,8 +11,10 @@ from typing import TypeVar
 
 import apsw
 
+from service import context as request_context
 from service import tracing
 from service.embeddings.base import EmbeddingIdentity
+from service.fair_queue import FairQueue
 from service.store.base import (
     AccountRecord,
     Capabilities,
@@ -87,9 +89,13 @@ class SqliteStore:
         self._writer = ConnectionPool(
             self._path, load_vector_extension, reader=False, size=1, name="sqlite-writer"
         )
+        # Searches hold at most `readers` of these threads (in turns, see FairQueue); the
+        # last one serves the small reads (scope checks, listings) however busy they are.
         self._readers = ConnectionPool(
-            self._path, load_vector_extension, reader=True, size=readers, name="sqlite-reader"
+            self._path, load_vector_extension, reader=True, size=readers + 1,
+            name="sqlite-reader",
         )
+        self._search_turns = FairQueue(readers, reason="READERS_BUSY", what="a reader thread")
         self._checker = Fts5Checker()
         self._reads = 0
         self._index = VectorIndex(None, False)
@@ -162,7 +168,8 @@ class SqliteStore:
     ) -> dict[DocKey, str]:
         """Stored content hashes (NotFound when the project is not the tenant's)."""
         wanted = list(keys)
-        return await self._readers.run(
+        # Upsert work runs on the writer's thread, never on the searches' reader threads.
+        return await self._writer.run(
             lambda conn: reads.document_hashes(conn, tenant, project_id, wanted)
         )
 
@@ -175,7 +182,7 @@ class SqliteStore:
     ) -> dict[str, list[float]]:
         """Ready vectors of `identity` already stored in the project for these chunk texts."""
         hashes = list(source_hashes)
-        return await self._readers.run(
+        return await self._writer.run(  # upsert work: on the writer's thread, as above
             lambda conn: reads.ready_vectors(conn, tenant, project_id, hashes, identity)
         )
 
@@ -216,31 +223,31 @@ class SqliteStore:
         self._reads += 1
         running = _Running()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
-            try:
-                return await self._readers.run(
-                    lambda conn: running.run(
-                        conn, lambda: run_search(conn, plan, index, checker, running.cancelled)
+            # Searches take turns at the reader threads by tenant; one that would wait past
+            # its call's deadline is refused at once (READERS_BUSY, RetryInfo).
+            budget = request_context.current().time_remaining()
+            async with self._search_turns.turn(plan.tenant, budget):
+                try:
+                    return await self._readers.run(
+                        lambda conn: running.run(
+                            conn, lambda: run_search(conn, plan, index, checker, running.cancelled)
+                        )
                     )
-                )
-            except asyncio.CancelledError:
-                running.cancel()  # the statement stops now; its reader thread is free again
-                raise
+                except asyncio.CancelledError:
+                    running.cancel()  # the statement stops now; its reader thread is free again
+                    raise
 
     def stats(self) -> StoreStats:
         """Busy connections of the reader and writer threads, and searches served."""
         readers, writer = self._readers.usage, self._writer.usage
-        return StoreStats(
-            readers[0] + writer[0], readers[1] + writer[1], {"primary": self._reads}
-        )
+        return StoreStats(readers[0] + writer[0], readers[1] + writer[1], {"primary": self._reads})
 
     async def pending_chunks(self) -> int:
         """Chunks of every tenant without a ready vector of the configured embedding."""
         identity = self._identity
         if identity is None:
             return 0
-        return await self._readers.run_unhooked(
-            lambda conn: reads.pending_chunks(conn, identity)
-        )
+        return await self._readers.run_unhooked(lambda conn: reads.pending_chunks(conn, identity))
 
     async def create_account(self, record: AccountRecord) -> None:
         """Store an account."""
@@ -261,8 +268,12 @@ class SqliteStore:
         await self._writer.run(lambda conn: accounts.set_reconnect(conn, tenant, account_id, needs))
 
     async def replace_account_credentials(
-        self, tenant: str, account_id: str, sealed_credentials: bytes,
-        *, needs_reconnect: bool | None = None,
+        self,
+        tenant: str,
+        account_id: str,
+        sealed_credentials: bytes,
+        *,
+        needs_reconnect: bool | None = None,
     ) -> bool:
         """Replace an account's sealed credentials in place; False when not found."""
         return await self._writer.run(
@@ -275,16 +286,16 @@ class SqliteStore:
         self, account_id: str, resource: str, until: float, *, now: float
     ) -> None:
         """Remember a provider's wait for the account's resource (the later wait wins)."""
-        await self._writer.run(
-            lambda conn: limits.record(conn, account_id, resource, until, now)
-        )
+        await self._writer.run(lambda conn: limits.record(conn, account_id, resource, until, now))
 
     async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
         """The account's waits still running at `now`: resource -> until (unix seconds)."""
         return await self._readers.run(lambda conn: limits.active(conn, account_id, now))
 
     async def refresh_account_credentials(
-        self, tenant: str, account_id: str,
+        self,
+        tenant: str,
+        account_id: str,
         refresh: Callable[[bytes], Awaitable[bytes | None]],
     ) -> bytes | None:
         """Run `refresh(sealed)` under a lock shared by every process on this file; store it."""

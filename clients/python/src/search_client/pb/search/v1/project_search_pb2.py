@@ -28,17 +28,19 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from search_client.pb.search.v1 import common_pb2 as search_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1esearch/v1/project_search.proto\x12\tsearch.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16search/v1/common.proto\"#\n\x0cProjectScope\x12\x13\n\x0bproject_ids\x18\x01 \x03(\x03\"u\n\x0eMetadataFilter\x12\x0c\n\x04path\x18\x01 \x01(\t\x12-\n\x08operator\x18\x02 \x01(\x0e\x32\x1b.search.v1.MetadataOperator\x12&\n\x06values\x18\x03 \x03(\x0b\x32\x16.google.protobuf.Value\"\xea\x01\n\x14ProjectSearchFilters\x12\r\n\x05kinds\x18\x01 \x03(\t\x12+\n\x08metadata\x18\x02 \x03(\x0b\x32\x19.search.v1.MetadataFilter\x12\x12\n\nnote_types\x18\x03 \x03(\t\x12\x18\n\x10\x64irectory_prefix\x18\x04 \x01(\t\x12\x12\n\ncategories\x18\x05 \x03(\t\x12)\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x14.search.v1.TimeRange\x12)\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x14.search.v1.TimeRange\"\x8e\x02\n\x15SearchProjectsRequest\x12&\n\x05scope\x18\x01 \x01(\x0b\x32\x17.search.v1.ProjectScope\x12\x0c\n\x04text\x18\x02 \x01(\t\x12#\n\x04mode\x18\x03 \x01(\x0e\x32\x15.search.v1.SearchMode\x12\x30\n\x07\x66ilters\x18\x04 \x01(\x0b\x32\x1f.search.v1.ProjectSearchFilters\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x11\n\tmax_pages\x18\x07 \x01(\x05\x12\x16\n\x0einclude_chunks\x18\x08 \x01(\x08\x12\x16\n\x0emin_similarity\x18\t \x01(\x01\"D\n\x16SearchProjectsResponse\x12*\n\x04page\x18\x01 \x01(\x0b\x32\x1c.search.v1.ProjectSearchPage\"\x92\x02\n\x11ProjectSearchPage\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.search.v1.ProjectSearchResult\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0bpage_number\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x03\x12\x16\n\x0etotal_is_exact\x18\x05 \x01(\x08\x12\x10\n\x08has_more\x18\x06 \x01(\x08\x12\x18\n\x10ranking_is_exact\x18\x07 \x01(\x08\x12\x0f\n\x07relaxed\x18\x08 \x01(\x08\x12#\n\x04mode\x18\t \x01(\x0e\x32\x15.search.v1.SearchMode\x12\x15\n\rscore_version\x18\n \x01(\t\"`\n\x0eScoreBreakdown\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x14\n\x0cvector_score\x18\x02 \x01(\x01\x12\x11\n\tfts_score\x18\x03 \x01(\x01\x12\x16\n\x0e\x66ts_normalized\x18\x04 \x01(\x01\"E\n\x0cMatchedChunk\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x12\n\nsimilarity\x18\x03 \x01(\x01\"\x98\x03\n\x13ProjectSearchResult\x12\x12\n\nproject_id\x18\x01 \x01(\x03\x12\x1b\n\x13project_external_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06row_id\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x0c\n\x04path\x18\x06 \x01(\t\x12\x10\n\x08\x63\x61tegory\x18\x07 \x01(\t\x12\x11\n\tnote_type\x18\x08 \x01(\t\x12)\n\x08metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06scores\x18\x0c \x01(\x0b\x32\x19.search.v1.ScoreBreakdown\x12\'\n\x06\x63hunks\x18\r \x03(\x0b\x32\x17.search.v1.MatchedChunk\x12\x0f\n\x07snippet\x18\x0e \x01(\t*n\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fSEARCH_MODE_FTS\x10\x01\x12\x16\n\x12SEARCH_MODE_VECTOR\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03*\xb5\x02\n\x10MetadataOperator\x12!\n\x1dMETADATA_OPERATOR_UNSPECIFIED\x10\x00\x12\x18\n\x14METADATA_OPERATOR_EQ\x10\x01\x12\"\n\x1eMETADATA_OPERATOR_CONTAINS_ALL\x10\x02\x12\x18\n\x14METADATA_OPERATOR_IN\x10\x03\x12\x18\n\x14METADATA_OPERATOR_GT\x10\x04\x12\x19\n\x15METADATA_OPERATOR_GTE\x10\x05\x12\x18\n\x14METADATA_OPERATOR_LT\x10\x06\x12\x19\n\x15METADATA_OPERATOR_LTE\x10\x07\x12\x1d\n\x19METADATA_OPERATOR_BETWEEN\x10\x08\x12\x1d\n\x19METADATA_OPERATOR_IS_NULL\x10\t2o\n\x14ProjectSearchService\x12W\n\x0eSearchProjects\x12 .search.v1.SearchProjectsRequest\x1a!.search.v1.SearchProjectsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1esearch/v1/project_search.proto\x12\tsearch.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16search/v1/common.proto\"#\n\x0cProjectScope\x12\x13\n\x0bproject_ids\x18\x01 \x03(\x03\"u\n\x0eMetadataFilter\x12\x0c\n\x04path\x18\x01 \x01(\t\x12-\n\x08operator\x18\x02 \x01(\x0e\x32\x1b.search.v1.MetadataOperator\x12&\n\x06values\x18\x03 \x03(\x0b\x32\x16.google.protobuf.Value\"\xea\x01\n\x14ProjectSearchFilters\x12\r\n\x05kinds\x18\x01 \x03(\t\x12+\n\x08metadata\x18\x02 \x03(\x0b\x32\x19.search.v1.MetadataFilter\x12\x12\n\nnote_types\x18\x03 \x03(\t\x12\x18\n\x10\x64irectory_prefix\x18\x04 \x01(\t\x12\x12\n\ncategories\x18\x05 \x03(\t\x12)\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x14.search.v1.TimeRange\x12)\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x14.search.v1.TimeRange\"\xc6\x02\n\x15SearchProjectsRequest\x12&\n\x05scope\x18\x01 \x01(\x0b\x32\x17.search.v1.ProjectScope\x12\x0c\n\x04text\x18\x02 \x01(\t\x12#\n\x04mode\x18\x03 \x01(\x0e\x32\x15.search.v1.SearchMode\x12\x30\n\x07\x66ilters\x18\x04 \x01(\x0b\x32\x1f.search.v1.ProjectSearchFilters\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x11\n\tmax_pages\x18\x07 \x01(\x05\x12\x16\n\x0einclude_chunks\x18\x08 \x01(\x08\x12\x16\n\x0emin_similarity\x18\t \x01(\x01\x12\'\n\x06\x66usion\x18\n \x01(\x0e\x32\x17.search.v1.HybridFusion\x12\r\n\x05rrf_k\x18\x0b \x01(\x05\"D\n\x16SearchProjectsResponse\x12*\n\x04page\x18\x01 \x01(\x0b\x32\x1c.search.v1.ProjectSearchPage\"\x92\x02\n\x11ProjectSearchPage\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.search.v1.ProjectSearchResult\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0bpage_number\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x03\x12\x16\n\x0etotal_is_exact\x18\x05 \x01(\x08\x12\x10\n\x08has_more\x18\x06 \x01(\x08\x12\x18\n\x10ranking_is_exact\x18\x07 \x01(\x08\x12\x0f\n\x07relaxed\x18\x08 \x01(\x08\x12#\n\x04mode\x18\t \x01(\x0e\x32\x15.search.v1.SearchMode\x12\x15\n\rscore_version\x18\n \x01(\t\"`\n\x0eScoreBreakdown\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x14\n\x0cvector_score\x18\x02 \x01(\x01\x12\x11\n\tfts_score\x18\x03 \x01(\x01\x12\x16\n\x0e\x66ts_normalized\x18\x04 \x01(\x01\"E\n\x0cMatchedChunk\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x12\n\nsimilarity\x18\x03 \x01(\x01\"\x98\x03\n\x13ProjectSearchResult\x12\x12\n\nproject_id\x18\x01 \x01(\x03\x12\x1b\n\x13project_external_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06row_id\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x0c\n\x04path\x18\x06 \x01(\t\x12\x10\n\x08\x63\x61tegory\x18\x07 \x01(\t\x12\x11\n\tnote_type\x18\x08 \x01(\t\x12)\n\x08metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06scores\x18\x0c \x01(\x0b\x32\x19.search.v1.ScoreBreakdown\x12\'\n\x06\x63hunks\x18\r \x03(\x0b\x32\x17.search.v1.MatchedChunk\x12\x0f\n\x07snippet\x18\x0e \x01(\t*n\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fSEARCH_MODE_FTS\x10\x01\x12\x16\n\x12SEARCH_MODE_VECTOR\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03*_\n\x0cHybridFusion\x12\x1d\n\x19HYBRID_FUSION_UNSPECIFIED\x10\x00\x12\x15\n\x11HYBRID_FUSION_RRF\x10\x01\x12\x19\n\x15HYBRID_FUSION_MAX_MIN\x10\x02*\xb5\x02\n\x10MetadataOperator\x12!\n\x1dMETADATA_OPERATOR_UNSPECIFIED\x10\x00\x12\x18\n\x14METADATA_OPERATOR_EQ\x10\x01\x12\"\n\x1eMETADATA_OPERATOR_CONTAINS_ALL\x10\x02\x12\x18\n\x14METADATA_OPERATOR_IN\x10\x03\x12\x18\n\x14METADATA_OPERATOR_GT\x10\x04\x12\x19\n\x15METADATA_OPERATOR_GTE\x10\x05\x12\x18\n\x14METADATA_OPERATOR_LT\x10\x06\x12\x19\n\x15METADATA_OPERATOR_LTE\x10\x07\x12\x1d\n\x19METADATA_OPERATOR_BETWEEN\x10\x08\x12\x1d\n\x19METADATA_OPERATOR_IS_NULL\x10\t2o\n\x14ProjectSearchService\x12W\n\x0eSearchProjects\x12 .search.v1.SearchProjectsRequest\x1a!.search.v1.SearchProjectsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'search.v1.project_search_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHMODE']._serialized_start=1725
-  _globals['_SEARCHMODE']._serialized_end=1835
-  _globals['_METADATAOPERATOR']._serialized_start=1838
-  _globals['_METADATAOPERATOR']._serialized_end=2147
+  _globals['_SEARCHMODE']._serialized_start=1781
+  _globals['_SEARCHMODE']._serialized_end=1891
+  _globals['_HYBRIDFUSION']._serialized_start=1893
+  _globals['_HYBRIDFUSION']._serialized_end=1988
+  _globals['_METADATAOPERATOR']._serialized_start=1991
+  _globals['_METADATAOPERATOR']._serialized_end=2300
   _globals['_PROJECTSCOPE']._serialized_start=132
   _globals['_PROJECTSCOPE']._serialized_end=167
   _globals['_METADATAFILTER']._serialized_start=169
@@ -46,17 +48,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROJECTSEARCHFILTERS']._serialized_start=289
   _globals['_PROJECTSEARCHFILTERS']._serialized_end=523
   _globals['_SEARCHPROJECTSREQUEST']._serialized_start=526
-  _globals['_SEARCHPROJECTSREQUEST']._serialized_end=796
-  _globals['_SEARCHPROJECTSRESPONSE']._serialized_start=798
-  _globals['_SEARCHPROJECTSRESPONSE']._serialized_end=866
-  _globals['_PROJECTSEARCHPAGE']._serialized_start=869
-  _globals['_PROJECTSEARCHPAGE']._serialized_end=1143
-  _globals['_SCOREBREAKDOWN']._serialized_start=1145
-  _globals['_SCOREBREAKDOWN']._serialized_end=1241
-  _globals['_MATCHEDCHUNK']._serialized_start=1243
-  _globals['_MATCHEDCHUNK']._serialized_end=1312
-  _globals['_PROJECTSEARCHRESULT']._serialized_start=1315
-  _globals['_PROJECTSEARCHRESULT']._serialized_end=1723
-  _globals['_PROJECTSEARCHSERVICE']._serialized_start=2149
-  _globals['_PROJECTSEARCHSERVICE']._serialized_end=2260
+  _globals['_SEARCHPROJECTSREQUEST']._serialized_end=852
+  _globals['_SEARCHPROJECTSRESPONSE']._serialized_start=854
+  _globals['_SEARCHPROJECTSRESPONSE']._serialized_end=922
+  _globals['_PROJECTSEARCHPAGE']._serialized_start=925
+  _globals['_PROJECTSEARCHPAGE']._serialized_end=1199
+  _globals['_SCOREBREAKDOWN']._serialized_start=1201
+  _globals['_SCOREBREAKDOWN']._serialized_end=1297
+  _globals['_MATCHEDCHUNK']._serialized_start=1299
+  _globals['_MATCHEDCHUNK']._serialized_end=1368
+  _globals['_PROJECTSEARCHRESULT']._serialized_start=1371
+  _globals['_PROJECTSEARCHRESULT']._serialized_end=1779
+  _globals['_PROJECTSEARCHSERVICE']._serialized_start=2302
+  _globals['_PROJECTSEARCHSERVICE']._serialized_end=2413
 # @@protoc_insertion_point(module_scope)

@@ -20,6 +20,12 @@ class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEARCH_MODE_VECTOR: _ClassVar[SearchMode]
     SEARCH_MODE_HYBRID: _ClassVar[SearchMode]
 
+class HybridFusion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HYBRID_FUSION_UNSPECIFIED: _ClassVar[HybridFusion]
+    HYBRID_FUSION_RRF: _ClassVar[HybridFusion]
+    HYBRID_FUSION_MAX_MIN: _ClassVar[HybridFusion]
+
 class MetadataOperator(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     METADATA_OPERATOR_UNSPECIFIED: _ClassVar[MetadataOperator]
@@ -36,6 +42,9 @@ SEARCH_MODE_UNSPECIFIED: SearchMode
 SEARCH_MODE_FTS: SearchMode
 SEARCH_MODE_VECTOR: SearchMode
 SEARCH_MODE_HYBRID: SearchMode
+HYBRID_FUSION_UNSPECIFIED: HybridFusion
+HYBRID_FUSION_RRF: HybridFusion
+HYBRID_FUSION_MAX_MIN: HybridFusion
 METADATA_OPERATOR_UNSPECIFIED: MetadataOperator
 METADATA_OPERATOR_EQ: MetadataOperator
 METADATA_OPERATOR_CONTAINS_ALL: MetadataOperator
@@ -82,7 +91,7 @@ class ProjectSearchFilters(_message.Message):
     def __init__(self, kinds: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Iterable[_Union[MetadataFilter, _Mapping]]] = ..., note_types: _Optional[_Iterable[str]] = ..., directory_prefix: _Optional[str] = ..., categories: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[_common_pb2.TimeRange, _Mapping]] = ..., update_time: _Optional[_Union[_common_pb2.TimeRange, _Mapping]] = ...) -> None: ...
 
 class SearchProjectsRequest(_message.Message):
-    __slots__ = ("scope", "text", "mode", "filters", "page_size", "page_token", "max_pages", "include_chunks", "min_similarity")
+    __slots__ = ("scope", "text", "mode", "filters", "page_size", "page_token", "max_pages", "include_chunks", "min_similarity", "fusion", "rrf_k")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +101,8 @@ class SearchProjectsRequest(_message.Message):
     MAX_PAGES_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     MIN_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
+    RRF_K_FIELD_NUMBER: _ClassVar[int]
     scope: ProjectScope
     text: str
     mode: SearchMode
@@ -101,7 +112,9 @@ class SearchProjectsRequest(_message.Message):
     max_pages: int
     include_chunks: bool
     min_similarity: float
-    def __init__(self, scope: _Optional[_Union[ProjectScope, _Mapping]] = ..., text: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., filters: _Optional[_Union[ProjectSearchFilters, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., max_pages: _Optional[int] = ..., include_chunks: _Optional[bool] = ..., min_similarity: _Optional[float] = ...) -> None: ...
+    fusion: HybridFusion
+    rrf_k: int
+    def __init__(self, scope: _Optional[_Union[ProjectScope, _Mapping]] = ..., text: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., filters: _Optional[_Union[ProjectSearchFilters, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., max_pages: _Optional[int] = ..., include_chunks: _Optional[bool] = ..., min_similarity: _Optional[float] = ..., fusion: _Optional[_Union[HybridFusion, str]] = ..., rrf_k: _Optional[int] = ...) -> None: ...
 
 class SearchProjectsResponse(_message.Message):
     __slots__ = ("page",)
