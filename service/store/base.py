@@ -412,8 +412,11 @@ class Store(Protocol):
         `until` (unix seconds; the later wait wins); waits over by `now` are dropped."""
         ...
 
-    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
-        """The account's waits still running at `now`: resource -> until (unix seconds)."""
+    async def rate_limits(
+        self, account_ids: Sequence[str], *, now: float
+    ) -> dict[str, dict[str, float]]:
+        """The accounts' waits still running at `now`: account -> resource -> until (unix
+        seconds); accounts without a running wait are absent. One read for a whole call."""
         ...
 
     async def refresh_account_credentials(

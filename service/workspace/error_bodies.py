@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
 from service.workspace.model import ProviderId
 
 __all__ = [
@@ -28,7 +26,6 @@ __all__ = [
     "decode_error_body",
     "google_reasons",
     "provider_message",
-    "read_prefix",
     "safe_scopes",
     "secrets_of",
     "www_authenticate_scopes",
@@ -54,24 +51,6 @@ _SECRET_PARAM = re.compile(
 _SPACES = re.compile(r"\s+")
 _SCOPE = re.compile(r"[\w:./=-]{1,120}")
 _WWW_SCOPE = re.compile(r'(?i)\bscope="([^"]*)"')
-
-
-async def read_prefix(content: aiohttp.StreamReader, cap: int) -> bytes:
-    """At most MAX_ERROR_BODY (and `cap`) bytes of an error body; what arrived when the rest
-    does not (the status alone still says enough)."""
-    limit = min(MAX_ERROR_BODY, cap)
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while size < limit:
-            chunk = await content.read(limit - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except aiohttp.ClientError:
-        pass
-    return b"".join(chunks)
 
 
 def decode_error_body(prefix: bytes) -> Any:

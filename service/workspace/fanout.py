@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass
 
 from service import tracing
@@ -110,6 +110,7 @@ class Call:
         for run in runs:
             by_account.setdefault(run.slot.account.account_id, []).append(run)
         try:
+            await self._open_limits(by_account)
             async with asyncio.TaskGroup() as group:
                 for account_runs in by_account.values():
                     group.create_task(self._account(account_runs, queue))
@@ -120,7 +121,6 @@ class Call:
         self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
     ) -> None:
         async with self._gate:
-            await self._open_limits(runs[0].slot.account)
             if len(runs) == 1:  # no task group for one query: a task and a group less
                 await self._one(runs[0], queue)
                 return
@@ -169,13 +169,13 @@ class Call:
                 run.prefetched[vote.key] = task
                 self._tasks.add(task)
 
-    async def _open_limits(self, account: Account) -> None:
-        """Read the account's shared rate-limit waits once per call, before its session."""
-        if self._limits is None or account.account_id in self._opened:
+    async def _open_limits(self, accounts: Iterable[str]) -> None:
+        """Read the accounts' shared rate-limit waits once per call (one store read), before
+        their sessions open."""
+        new = [account_id for account_id in accounts if account_id not in self._opened]
+        if self._limits is None or not new:
             return
-        self._opened[account.account_id] = await self._limits.open(
-            account.account_id, now=time.time()
-        )
+        self._opened.update(await self._limits.open(new, now=time.time()))
 
     def _session(self, account: Account) -> AccountSession:
         known = self._sessions.get(account.account_id)

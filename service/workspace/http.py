@@ -5,9 +5,9 @@ PROVIDERS.md "Status mapping" says (statuses.py; a non-2xx body is read up to 64
 provider's reason and message). Credentials go only to the account's own origin, redirects
 are never followed, bodies are capped, and tokens never appear in messages or logs.
 
-The client is aiohttp: httpx cost ~2.4 ms of CPU per request under fan-out load (its pool
-scans every connection per request), aiohttp ~0.2 ms. A session runs over an `AccountPool`
-(service.workspace.pool), which may outlive the call.
+The client is the lean HTTP/1.1 one of service.workspace.http1 (httpx cost ~2.4 ms of CPU
+per request under fan-out load, aiohttp about a third of the server's CPU per search). A
+session runs over an `AccountPool` (service.workspace.pool), which may outlive the call.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-import aiohttp
 import httpx
-import yarl
 
 from service import tracing
-from service.workspace.error_bodies import read_prefix, secrets_of
+from service.workspace import http1
+from service.workspace.error_bodies import MAX_ERROR_BODY, secrets_of
 from service.workspace.http_wire import (
     JsonResponse,
     Params,
@@ -38,7 +37,7 @@ from service.workspace.http_wire import (
 )
 from service.workspace.limits import AccountLimits, resource_of
 from service.workspace.model import Account, Credentials, ProviderError, QueryState
-from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool, client_session
+from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool
 from service.workspace.renewal import Renewer, SessionCredential, expired_in_body, send_renewing
 from service.workspace.statuses import rate_limited_error, retry_after_seconds, status_error
 
@@ -58,11 +57,21 @@ T = TypeVar("T")
 
 BUDGET_MESSAGE = "request budget reached; narrow the query"
 TIMEOUT_MESSAGE = "provider search timed out; narrow the query"
-_READ_CHUNK = 64 * 1024
+
+
+def _target(url: str) -> str:
+    """The origin-form request target (path and query) of an absolute URL."""
+    start = url.find("/", url.find("://") + 3)
+    target = url[start:] if start >= 0 else "/"
+    return target.split("#", 1)[0]
+
+
+def _path(url: str) -> str:
+    return _target(url).split("?", 1)[0]
 
 
 class AccountSession:
-    """One account's HTTP session (aiohttp) over its pool; `aclose` after the call."""
+    """One account's HTTP session over its pool; `aclose` after the call."""
 
     def __init__(
         self,
@@ -97,7 +106,6 @@ class AccountSession:
         self._shared: weakref.WeakSet[ProviderError] = weakref.WeakSet()
         self._owns_pool = pool is None
         self._pool = pool or AccountPool()
-        self._client: aiohttp.ClientSession | None = None
 
     @property
     def scopes(self) -> tuple[str, ...]:
@@ -110,25 +118,15 @@ class AccountSession:
 
     async def aclose(self) -> None:
         """End the session (and its pool when the session owns it); in-flight requests fail."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
         if self._owns_pool:
             await self._pool.aclose()
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self._owns_pool:
-            if self._client is None:
-                self._client = client_session(self._pool.connector())
-            return self._client
-        return self._pool.client()
 
     def check_limit(self, url: str) -> None:
         """Raise RATE_LIMITED with the remaining delay when the provider asked (this or
         another replica) not to call `url`'s resource yet (service.workspace.limits)."""
         if not self.limits.blocking:
             return
-        resource = resource_of(self.account.provider, yarl.URL(url, encoded=True).path)
+        resource = resource_of(self.account.provider, _path(url))
         wait = self.limits.wait(resource, now=time.time())
         if wait is not None:
             error = rate_limited_error("wait recorded for this account", wait)
@@ -139,7 +137,7 @@ class AccountSession:
         """Block `url`'s resource for a RATE_LIMITED error's wait that a provider module read
         from the 2xx body at `url` (Slack's `ok: false` `ratelimited`); others are recorded."""
         if error.state is QueryState.RATE_LIMITED and url and error not in self._shared:
-            resource = resource_of(self.account.provider, yarl.URL(url, encoded=True).path)
+            resource = resource_of(self.account.provider, _path(url))
             await self.limits.record(resource, error, now=time.time())
 
     def resolve(self, path_or_url: str) -> str:
@@ -165,51 +163,22 @@ class AccountSession:
     ) -> JsonResponse:
         """One request, mapped: a usable 2xx JSON answer or a ProviderError.
 
-        No timer of its own: `HttpClient.request` bounds it (asyncio.timeout), and the pool's
-        session sets none, which saves two timer handles per request.
+        No timer of its own: `HttpClient.request` bounds it (asyncio.timeout).
         """
         merged = {"Accept": "application/json", **(headers or {})}
         merged["Authorization"] = self.credential.authorization
-        data = None
+        body = None
         if json is not None:
-            data = jsonlib.dumps(json, separators=(",", ":")).encode()
+            body = jsonlib.dumps(json, separators=(",", ":")).encode()
             merged["Content-Type"] = "application/json"
-        target = yarl.URL(with_query(url, params), encoded=True)
-        try:
-            async with self._session().request(
-                method, target, data=data, headers=merged, allow_redirects=False
-            ) as response:
-                return await self._answer(method, target, response)
-        except TimeoutError:
-            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
-        except aiohttp.ClientPayloadError as exc:
-            raise transient(f"provider response was cut off ({type(exc).__name__})") from None
-        except aiohttp.ClientError as exc:
-            raise transient(f"could not reach provider ({type(exc).__name__})") from None
-
-    async def _answer(
-        self, method: str, target: yarl.URL, response: aiohttp.ClientResponse
-    ) -> JsonResponse:
-        if not 200 <= response.status < 300:
-            logger.info("provider answered %s for %s %s", response.status, method, target.path)
-            now = time.time()
-            error = status_error(
-                response.status,
-                response.headers,
-                now=now,
-                provider=self.account.provider,
-                body=await read_prefix(response.content, self.max_response_bytes),
-                secrets=secrets_of(self.credential.authorization),
-            )
-            assert error is not None  # every non-2xx status maps to an error
-            if error.state is QueryState.RATE_LIMITED:
-                resource = resource_of(self.account.provider, target.path, response.headers)
-                self._shared.add(error)
-                await self.limits.record(resource, error, now=now)
-            raise error
-        body = await self._read_capped(response)
-        data = None if response.status == 204 else decode_json(body)
-        return JsonResponse(response.status, response.headers, data)
+        target = _target(with_query(url, params))
+        answer = await self._exchange(method, target, list(merged.items()), body)
+        if not 200 <= answer.status < 300:
+            await self._refuse(method, target, answer)
+        if answer.truncated:
+            raise failed("provider response is too large")
+        data = None if answer.status == 204 else decode_json(answer.body)
+        return JsonResponse(answer.status, answer.headers, data)
 
     async def send_raw(
         self, url: str, *, body: bytes, content_type: str, headers: Mapping[str, str] | None
@@ -217,41 +186,49 @@ class AccountSession:
         """POST `body` as `content_type`; the raw 2xx answer, or the ProviderError `send` gives."""
         merged = {**(headers or {}), "Content-Type": content_type}
         merged["Authorization"] = self.credential.authorization
-        target = yarl.URL(url, encoded=True)
-        try:
-            async with self._session().request(
-                "POST", target, data=body, headers=merged, allow_redirects=False
-            ) as response:
-                if not 200 <= response.status < 300:
-                    # The shared mapping raises for every non-2xx answer.
-                    await self._answer("POST", target, response)
-                    raise failed(f"provider request failed (HTTP {response.status})")
-                raw = await self._read_capped(response)
-                return RawResponse(response.status, response.headers, raw)
-        except TimeoutError:
-            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
-        except aiohttp.ClientPayloadError as exc:
-            raise transient(f"provider response was cut off ({type(exc).__name__})") from None
-        except aiohttp.ClientError as exc:
-            raise transient(f"could not reach provider ({type(exc).__name__})") from None
-
-    async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
-        declared = response.content_length
-        if declared is not None and declared > self.max_response_bytes:
+        target = _target(url)
+        answer = await self._exchange("POST", target, list(merged.items()), body)
+        if not 200 <= answer.status < 300:
+            await self._refuse("POST", target, answer)
+        if answer.truncated:
             raise failed("provider response is too large")
-        if declared is not None:  # the common case: one read of the announced length
-            try:
-                return await response.content.readexactly(declared)
-            except asyncio.IncompleteReadError:
-                raise transient("provider response was cut off (IncompleteReadError)") from None
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.content.iter_chunked(_READ_CHUNK):
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise failed("provider response is too large")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return RawResponse(answer.status, answer.headers, answer.body)
+
+    async def _exchange(
+        self, method: str, target: str, fields: list[tuple[str, str]], body: bytes | None
+    ) -> http1.Answer:
+        try:
+            return await self._pool.origin(self._base).request(
+                method, target, fields, body, cap=self.max_response_bytes
+            )
+        except http1.CutOff as exc:
+            raise transient(f"provider response was cut off ({exc})") from None
+        except http1.Unreachable as exc:
+            raise transient(f"could not reach provider ({exc})") from None
+        except http1.Malformed as exc:
+            raise transient(f"provider sent a malformed HTTP response ({exc})") from None
+        except ValueError:
+            raise failed("provider request is not valid HTTP (a control character)") from None
+
+    async def _refuse(self, method: str, target: str, answer: http1.Answer) -> None:
+        """Raise the ProviderError of a non-2xx answer (and share a rate limit it sets)."""
+        path = target.split("?", 1)[0]
+        logger.info("provider answered %s for %s %s", answer.status, method, path)
+        now = time.time()
+        error = status_error(
+            answer.status,
+            answer.headers,
+            now=now,
+            provider=self.account.provider,
+            body=answer.body[:MAX_ERROR_BODY],
+            secrets=secrets_of(self.credential.authorization),
+        )
+        assert error is not None  # every non-2xx status maps to an error
+        if error.state is QueryState.RATE_LIMITED:
+            resource = resource_of(self.account.provider, path, answer.headers)
+            self._shared.add(error)
+            await self.limits.record(resource, error, now=now)
+        raise error
 
     def memo_get(self, key: str) -> Any | None:
         """A cached answer younger than the memo TTL, or None."""

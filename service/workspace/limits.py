@@ -2,8 +2,9 @@
 
 When a provider answers RATE_LIMITED with a wait, the account's resource is blocked until the
 wait is over: in the session at once, and in the store for every other call and replica. A
-call reads the account's active waits once, when it opens the account's session; a request
-to a blocked resource fails at once with the remaining delay, without reaching the provider.
+call reads the active waits of all its accounts in one store read before its first request;
+a request to a blocked resource fails at once with the remaining delay, without reaching the
+provider.
 A store failure never fails a search: it is logged and the wait stays local.
 
 Times are unix seconds (`time.time()`): replicas compare them across hosts, so their clocks
@@ -13,7 +14,7 @@ must agree (NTP) to within a small part of a provider's wait.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from service.workspace.model import ProviderError, ProviderId
@@ -37,8 +38,10 @@ class LimitStore(Protocol):
         """Remember a wait (the later one wins); drop the waits over by `now`."""
         ...
 
-    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
-        """The account's waits still running at `now`: resource -> until."""
+    async def rate_limits(
+        self, account_ids: Sequence[str], *, now: float
+    ) -> dict[str, dict[str, float]]:
+        """The accounts' waits still running at `now`: account -> resource -> until."""
         ...
 
 
@@ -105,14 +108,15 @@ class RateLimits:
     def __init__(self, store: LimitStore | None) -> None:
         self._store = store
 
-    async def open(self, account_id: str, *, now: float) -> AccountLimits:
-        """The account's active waits (none when the store cannot be read)."""
+    async def open(self, account_ids: Sequence[str], *, now: float) -> dict[str, AccountLimits]:
+        """Each account's active waits, in one store read (none when it cannot be read)."""
         if self._store is None:
-            return AccountLimits(account_id)
+            return {account_id: AccountLimits(account_id) for account_id in account_ids}
         try:
-            until = await self._store.rate_limits(account_id, now=now)
+            until = await self._store.rate_limits(account_ids, now=now)
         except Exception:
-            log.warning("could not read the rate limits of account %s", account_id,
-                        exc_info=True)
+            log.warning("could not read the rate limits of accounts %s",
+                        ", ".join(account_ids), exc_info=True)
             until = {}
-        return AccountLimits(account_id, until, self._store)
+        return {account_id: AccountLimits(account_id, until.get(account_id), self._store)
+                for account_id in account_ids}

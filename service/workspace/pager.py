@@ -80,6 +80,7 @@ class Pager:
         self._page_number = resume.page_number if resume else 1
         self._sent: dict[int, QueryStatus] = {}
         self._cursors: dict[int, tuple[ListState, str]] = {}
+        self._bindings: dict[int, str] = {}  # cursor bindings by list (they never change)
 
     async def events(self) -> AsyncGenerator[SearchEvent]:
         """Up to `max_pages` fused pages, each after the statuses that changed before it."""
@@ -222,11 +223,13 @@ class Pager:
         known = self._cursors.get(run.slot.index)
         if known is not None and known[0] == state:
             return known[1]
-        slot = run.slot
-        binding = cursor_binding(
-            self._plan.tenant, slot.account.provider, slot.account.account_id, slot.query.text,
-            slot.query.kind, slot.query.time_range, slot.query.project,
-        )
+        binding = self._bindings.get(run.slot.index)
+        if binding is None:
+            slot = run.slot
+            binding = self._bindings[slot.index] = cursor_binding(
+                self._plan.tenant, slot.account.provider, slot.account.account_id,
+                slot.query.text, slot.query.kind, slot.query.time_range, slot.query.project,
+            )
         cursor = encode_cursor(self._signer, binding, state)
         self._cursors[run.slot.index] = (state, cursor)
         return cursor

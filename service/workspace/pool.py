@@ -1,6 +1,6 @@
-"""Provider connections kept between calls: one aiohttp pool per account, and its memo.
+"""Provider connections kept between calls: one connection pool per account, and its memo.
 
-An `AccountPool` holds an account's keep-alive connections, its aiohttp session and the memo
+An `AccountPool` holds an account's keep-alive connections (service.workspace.http1) and the memo
 of answers its queries share (site lists, member projects, calendar lists), so later calls
 skip TCP (and TLS) set-up and those round trips. `PoolRegistry` keeps one per (account,
 origin, credential) for an engine; close it with `aclose`. An engine dropped without closing
@@ -20,9 +20,9 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-import aiohttp
 import httpx
 
+from service.workspace.http1 import OriginPool
 from service.workspace.model import Account, Credentials, ProviderId
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "AccountPool",
     "PoolRegistry",
     "auth_header",
-    "client_session",
 ]
 
 BASIC_AUTH_PROVIDERS = frozenset({ProviderId.JIRA, ProviderId.CONFLUENCE})
@@ -38,7 +37,6 @@ _USER_AGENT = "search-service/0.1 (+workspace search)"
 _MEMO_TTL_SECONDS = 300.0
 _CONNECTIONS_PER_ACCOUNT = 64
 _KEEPALIVE_SECONDS = 10.0  # below common server idle timeouts, so few pooled sockets go stale
-_NO_TIMERS = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
 _MAX_POOLS = 1024  # accounts whose connections an engine keeps (least recently used go)
 
 
@@ -56,32 +54,15 @@ def _shared_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def _abort_connector(connector: aiohttp.BaseConnector) -> None:
-    """Drop a connector's idle connections without awaiting (garbage collection, shutdown)."""
-    if connector.closed:
-        return
-    close = getattr(connector, "_close", None)
-    if close is None:
-        return
-    with contextlib.suppress(RuntimeError):  # a closed event loop: the sockets go with it
-        close()
+Origin = tuple[str, str, int | None]  # scheme, host, port
 
 
-def client_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
-    """An aiohttp session over `connector` (which it does not own) that never resends."""
-    client = aiohttp.ClientSession(
-        connector=connector,
-        connector_owner=False,
-        headers={"User-Agent": _USER_AGENT},
-        auto_decompress=False,  # no Accept-Encoding is sent; bodies are read as sent
-        trust_env=False,  # no proxies or .netrc credentials from the environment
-        skip_auto_headers=("Accept-Encoding",),
-        timeout=_NO_TIMERS,  # every request runs under the query's asyncio.timeout
-    )
-    # aiohttp resends an idempotent request once after a reset; every provider request must
-    # count against the query's budget exactly once, so never resend.
-    client._retry_connection = False
-    return client
+def _close_all(origins: dict[Origin, OriginPool]) -> None:
+    """Drop idle connections without awaiting (garbage collection, shutdown, eviction)."""
+    for pool in list(origins.values()):
+        with contextlib.suppress(RuntimeError):  # a closed event loop: the sockets go with it
+            pool.close()
+    origins.clear()
 
 
 MEMO_MAX_ENTRIES = 16  # memoised answers per account pool
@@ -101,46 +82,37 @@ class AccountPool:
     """What may outlive one call for one account: its connections and memoised answers."""
 
     def __init__(self) -> None:
-        self._connector: aiohttp.TCPConnector | None = None
-        self._client: aiohttp.ClientSession | None = None
+        self._origins: dict[Origin, OriginPool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         # Bounded in count and age: keys can come from callers (GitLab's `project`), values
         # are decoded provider answers.
         self._memo: OrderedDict[str, tuple[float, Any]] = OrderedDict()
         self._memo_locks: dict[str, asyncio.Lock] = {}
+        weakref.finalize(self, _close_all, self._origins)
 
-    def connector(self) -> aiohttp.TCPConnector:
-        """The account's keep-alive connection pool on the running loop."""
+    def origin(self, origin: Origin) -> OriginPool:
+        """The account's keep-alive connections to `origin` on the running loop."""
         loop = asyncio.get_running_loop()
-        if self._connector is None or self._connector.closed or self._loop is not loop:
-            if self._connector is not None:
-                _abort_connector(self._connector)
+        if self._loop is not loop:  # connections and locks belong to one event loop
+            _close_all(self._origins)
             self._memo_locks.clear()
             self._loop = loop
-            self._connector = aiohttp.TCPConnector(
-                limit=_CONNECTIONS_PER_ACCOUNT,
-                ssl=_shared_ssl_context(),
-                keepalive_timeout=_KEEPALIVE_SECONDS,
+        found = self._origins.get(origin)
+        if found is None:
+            scheme, host, port = origin
+            found = self._origins[origin] = OriginPool(
+                scheme, host, port, ssl_context=_shared_ssl_context, user_agent=_USER_AGENT,
+                limit=_CONNECTIONS_PER_ACCOUNT, keepalive=_KEEPALIVE_SECONDS,
             )
-            self._client = None
-            # Closing the connector also marks the session closed, so neither warns when an
-            # engine that was never closed is collected.
-            weakref.finalize(self, _abort_connector, self._connector)
-        return self._connector
-
-    def client(self) -> aiohttp.ClientSession:
-        """The account's aiohttp session over its pool (kept across calls)."""
-        connector = self.connector()
-        if self._client is None or self._client.closed:
-            self._client = client_session(connector)
-        return self._client
+        return found
 
     async def aclose(self) -> None:
         """Close every connection."""
-        connector, self._connector = self._connector, None
-        if connector is not None and not connector.closed:
-            await connector.close()
-        self._client = None  # after the connector: a session over an open one warns when freed
+        _close_all(self._origins)
+
+    def close(self) -> None:
+        """Close every connection now (eviction)."""
+        _close_all(self._origins)
 
     def memo_get(self, key: str) -> Any | None:
         """A cached answer younger than the memo TTL, or None."""
@@ -200,8 +172,7 @@ class PoolRegistry:
         created = self._pools[key] = AccountPool()
         while len(self._pools) > self._max:
             _, evicted = self._pools.popitem(last=False)
-            if evicted._connector is not None:
-                _abort_connector(evicted._connector)
+            evicted.close()
         return created
 
     async def aclose(self) -> None:

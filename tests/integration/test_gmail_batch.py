@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import aiohttp
+import httpx
 import pytest
 
 from search_client.pb.search.v1 import common_pb2 as cpb
@@ -71,15 +71,16 @@ async def test_fake_batch_answers_multipart_with_echoed_content_ids(fakes: FakeP
     seed(fakes, 2)
     boundary = "outer_b"
     calls = [("a1", gmail.detail_target("m1")), ("z9", gmail.detail_target("nope"))]
-    async with aiohttp.ClientSession() as session, session.post(
-        fakes.gmail.base_url + BATCH,
-        data=multipart.encode_batch(calls, boundary),
-        headers={"Authorization": f"Bearer {fakes.gmail.token}",
-                 "Content-Type": f"multipart/mixed; boundary={boundary}"},
-    ) as response:
-        assert response.status == 200
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            fakes.gmail.base_url + BATCH,
+            content=multipart.encode_batch(calls, boundary),
+            headers={"Authorization": f"Bearer {fakes.gmail.token}",
+                     "Content-Type": f"multipart/mixed; boundary={boundary}"},
+        )
+        assert response.status_code == 200
         content_type = response.headers["Content-Type"]
-        body = await response.read()
+        body = response.content
     assert content_type.startswith("multipart/mixed; boundary=batch_")
     head = f"Content-Type: {content_type}\r\n\r\n".encode()
     parsed = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)

@@ -320,9 +320,11 @@ class PostgresStore:
         async with self._db.connection() as conn:
             await limits.record(conn, account_id, resource, until, now)
 
-    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
-        """The account's waits still running at `now`: resource -> until (unix seconds)."""
-        return await self._db.run(lambda conn: limits.active(conn, account_id, now))
+    async def rate_limits(
+        self, account_ids: Sequence[str], *, now: float
+    ) -> dict[str, dict[str, float]]:
+        """The accounts' waits still running at `now`: account -> resource -> until."""
+        return await self._db.run(lambda conn: limits.active(conn, account_ids, now))
 
     async def refresh_account_credentials(
         self,

@@ -288,9 +288,11 @@ class SqliteStore:
         """Remember a provider's wait for the account's resource (the later wait wins)."""
         await self._writer.run(lambda conn: limits.record(conn, account_id, resource, until, now))
 
-    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
-        """The account's waits still running at `now`: resource -> until (unix seconds)."""
-        return await self._readers.run(lambda conn: limits.active(conn, account_id, now))
+    async def rate_limits(
+        self, account_ids: Sequence[str], *, now: float
+    ) -> dict[str, dict[str, float]]:
+        """The accounts' waits still running at `now`: account -> resource -> until."""
+        return await self._readers.run(lambda conn: limits.active(conn, account_ids, now))
 
     async def refresh_account_credentials(
         self,

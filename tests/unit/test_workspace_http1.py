@@ -1,0 +1,307 @@
+"""The lean HTTP/1.1 client against real loopback servers that frame answers every legal way,
+and some illegal ones: keep-alive reuse, chunked and close-delimited bodies, interim heads,
+the body cap, cut-offs, stale pooled sockets, cancellation, the connection limit, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from service.workspace import http1
+
+Reply = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]  # True: keep the connection
+
+
+class Server:
+    """A raw HTTP/1.1 server on loopback whose answers a test writes byte by byte."""
+
+    def __init__(self, reply: Reply, context: ssl.SSLContext | None = None) -> None:
+        self.reply = reply
+        self.context = context
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                request = head + (await reader.readexactly(length) if length else b"")
+                self.requests.append(request)
+                if not await self.reply(request, writer):
+                    break
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self.writers:
+            writer.close()
+        await self._server.wait_closed()
+
+
+Start = Callable[..., Awaitable[tuple["Server", http1.OriginPool]]]
+
+
+def _json(body: bytes = b'{"ok":true}', status: str = "200 OK", extra: str = "") -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def _ok(request: bytes, writer: asyncio.StreamWriter) -> bool:
+    writer.write(_json())
+    return True
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Start]:
+    started: list[tuple[Server, http1.OriginPool]] = []
+
+    async def start(reply: Reply = _ok, **options: object) -> tuple[Server, http1.OriginPool]:
+        server = Server(reply)
+        port = await server.start()
+        pool = http1.OriginPool("http", "127.0.0.1", port, ssl_context=ssl.create_default_context,
+                                user_agent="test/1", **options)  # type: ignore[arg-type]
+        started.append((server, pool))
+        return server, pool
+
+    yield start
+    for server, pool in started:
+        pool.close()
+        await server.close()
+
+
+async def _get(pool: http1.OriginPool, target: str = "/x", cap: int = 1 << 20) -> http1.Answer:
+    return await pool.request("GET", target, [("Accept", "application/json")], None, cap=cap)
+
+
+async def test_sequential_requests_reuse_one_connection_and_send_what_was_asked(
+    serve: Start,
+) -> None:
+    server, pool = await serve()
+    for _ in range(3):
+        answer = await _get(pool, "/search?q=a%20b")
+        assert (answer.status, answer.body, answer.truncated) == (200, b'{"ok":true}', False)
+        assert answer.headers["content-type"] == answer.headers.get("Content-Type")
+    assert server.connections == 1
+    first = server.requests[0].decode()
+    assert first.startswith("GET /search?q=a%20b HTTP/1.1\r\n")
+    assert f"Host: 127.0.0.1:{pool.port}\r\n" in first
+    assert "User-Agent: test/1\r\n" in first
+    assert "Accept-Encoding" not in first  # bodies are read as sent
+
+
+async def test_a_post_carries_its_body_with_its_length(serve: Start) -> None:
+    server, pool = await serve()
+    await pool.request("POST", "/q", [("Content-Type", "application/json")], b'{"a":1}', cap=100)
+    assert server.requests[0].endswith(b"Content-Length: 7\r\n\r\n{\"a\":1}")
+
+
+async def test_chunked_bodies_with_extensions_and_trailers_and_interim_heads(serve: Start) -> None:
+    async def chunked(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nLink: <a>\r\nLink: <b>\r\n"
+                     b"\r\n4;ext=1\r\n{\"a\"\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.01)  # the rest in another segment
+        writer.write(b"3\r\n:1}\r\n0\r\nX-Trailer: t\r\n\r\n")
+        return True
+
+    server, pool = await serve(chunked)
+    answer = await _get(pool)
+    assert answer.body == b'{"a":1}'
+    assert answer.headers["link"] == "<a>, <b>"
+    assert (await _get(pool)).body == b'{"a":1}'
+    assert server.connections == 1  # a chunked answer leaves the connection reusable
+
+
+async def test_a_body_ended_by_the_connection_is_complete_and_not_reused(serve: Start) -> None:
+    async def until_close(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"all\":")
+        await writer.drain()
+        writer.write(b"1}")
+        return False
+
+    server, pool = await serve(until_close)
+    assert (await _get(pool)).body == b'{"all":1}'
+    assert (await _get(pool)).body == b'{"all":1}'
+    assert server.connections == 2
+
+
+async def test_204_and_304_have_no_body(serve: Start) -> None:
+    async def empty(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        return True
+
+    server, pool = await serve(empty)
+    assert (await _get(pool)).body == b""
+    assert (await _get(pool)).status == 204
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+async def test_past_the_cap_only_the_prefix_is_kept_and_the_connection_dropped(
+    serve: Start, framing: str
+) -> None:
+    body = b"x" * 5000
+
+    async def big(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if framing == "length":
+            writer.write(_json(body, "403 Forbidden"))
+        elif framing == "chunked":
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + b"".join(b"3e8\r\n" + body[:1000] + b"\r\n" for _ in range(5))
+                         + b"0\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 403 Forbidden\r\n\r\n" + body)
+            return False
+        return True
+
+    server, pool = await serve(big)
+    answer = await _get(pool, cap=1024)
+    assert (answer.status, len(answer.body), answer.truncated) == (403, 1024, True)
+    assert (await _get(pool, cap=1 << 20)).body == body
+    assert server.connections == 2
+
+
+async def test_a_connection_closed_before_the_head_is_unreachable_inside_the_body_cut_off(
+    serve: Start
+) -> None:
+    async def reset(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        return False
+
+    async def cut(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"half\":")
+        return False
+
+    _, pool = await serve(reset)
+    with pytest.raises(http1.Unreachable):
+        await _get(pool)
+    _, pool = await serve(cut)
+    with pytest.raises(http1.CutOff):
+        await _get(pool)
+
+
+async def test_an_idle_connection_the_server_closed_is_not_used_again(serve: Start) -> None:
+    server, pool = await serve()
+    await _get(pool)
+    for writer in server.writers:  # the server's idle timeout
+        writer.close()
+    await asyncio.sleep(0.05)
+    assert pool.idle_connections == 0
+    assert (await _get(pool)).status == 200
+    assert server.connections == 2
+
+
+async def test_a_cancelled_exchange_closes_its_connection(serve: Start) -> None:
+    async def slow(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(server.requests) == 1:
+            await asyncio.sleep(0.3)
+        writer.write(_json())
+        return True
+
+    server, pool = await serve(slow)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await _get(pool)
+    answer = await _get(pool)  # a new connection: the late answer is never read as this one's
+    assert answer.status == 200
+    assert server.connections == 2
+
+
+async def test_malformed_answers_and_unsafe_requests(serve: Start) -> None:
+    async def junk(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        return True
+
+    _, pool = await serve(junk)
+    with pytest.raises(http1.Malformed):
+        await _get(pool)
+    with pytest.raises(ValueError, match="control character"):
+        await pool.request("GET", "/x", [("Authorization", "Bearer a\r\nX-Evil: 1")], None, cap=9)
+    with pytest.raises(ValueError, match="origin-form"):
+        await pool.request("GET", "/x y", [], None, cap=9)
+    with pytest.raises(ValueError, match="origin-form"):
+        await pool.request("GET", "http://elsewhere/x", [], None, cap=9)
+
+
+async def test_concurrent_requests_beyond_the_limit_wait_for_a_connection(serve: Start) -> None:
+    open_now = 0
+    most = 0
+
+    async def counted(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        nonlocal open_now, most
+        open_now += 1
+        most = max(most, open_now)
+        await asyncio.sleep(0.02)
+        open_now -= 1
+        writer.write(_json())
+        return True
+
+    server, pool = await serve(counted, limit=3)
+    answers = await asyncio.gather(*(_get(pool) for _ in range(12)))
+    assert all(a.status == 200 for a in answers)
+    assert most <= 3
+    assert server.connections <= 3
+
+
+async def test_idle_connections_close_after_the_keepalive(serve: Start) -> None:
+    _, pool = await serve(keepalive=0.1)
+    await _get(pool)
+    assert pool.idle_connections == 1
+    await asyncio.sleep(0.35)
+    assert pool.idle_connections == 0
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (openssl), and its key."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_verifies_the_certificate(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(cert, key)
+    server = Server(_ok, server_context)
+    port = await server.start()
+    trusting = ssl.create_default_context(cafile=str(cert))
+    pool = http1.OriginPool("https", "127.0.0.1", port, ssl_context=lambda: trusting,
+                            user_agent="test/1")
+    untrusting = http1.OriginPool("https", "127.0.0.1", port,
+                                  ssl_context=ssl.create_default_context, user_agent="test/1")
+    try:
+        assert (await _get(pool)).body == b'{"ok":true}'
+        with pytest.raises(http1.Unreachable, match="SSL"):
+            await _get(untrusting)
+    finally:
+        pool.close()
+        untrusting.close()
+        await server.close()
