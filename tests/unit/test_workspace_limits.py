@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import pytest
 
@@ -26,8 +27,14 @@ class MemoryStore:
         key = (account_id, resource)
         self.rows[key] = max(self.rows.get(key, 0.0), until)
 
-    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
-        return {r: u for (a, r), u in self.rows.items() if a == account_id and u > now}
+    async def rate_limits(
+        self, account_ids: Sequence[str], *, now: float
+    ) -> dict[str, dict[str, float]]:
+        found: dict[str, dict[str, float]] = {}
+        for (a, r), u in self.rows.items():
+            if a in account_ids and u > now:
+                found.setdefault(a, {})[r] = u
+        return found
 
 
 class BrokenStore:
@@ -38,7 +45,9 @@ class BrokenStore:
     ) -> None:
         raise ConnectionError("database down")
 
-    async def rate_limits(self, account_id: str, *, now: float) -> dict[str, float]:
+    async def rate_limits(
+        self, account_ids: Sequence[str], *, now: float
+    ) -> dict[str, dict[str, float]]:
         raise ConnectionError("database down")
 
 
@@ -66,7 +75,7 @@ def test_resource_of(
 
 async def test_a_wait_blocks_its_resource_only_until_it_ends() -> None:
     store = MemoryStore()
-    limits = await RateLimits(store).open("a1", now=NOW)
+    limits = (await RateLimits(store).open(["a1"], now=NOW))["a1"]
     assert not limits.blocking
     await limits.record("search", _limited(30), now=NOW)
     assert limits.wait("search", now=NOW + 10) == pytest.approx(20)
@@ -75,7 +84,7 @@ async def test_a_wait_blocks_its_resource_only_until_it_ends() -> None:
     assert store.rows == {("a1", "search"): NOW + 30}
 
     # Another call (or replica) opening the account sees the wait.
-    other = await RateLimits(store).open("a1", now=NOW + 1)
+    other = (await RateLimits(store).open(["a1"], now=NOW + 1))["a1"]
     assert other.wait("search", now=NOW + 1) == pytest.approx(29)
 
 
@@ -92,10 +101,10 @@ async def test_a_store_failure_is_logged_and_the_wait_stays_local(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="service.workspace.limits"):
-        limits = await RateLimits(BrokenStore()).open("a1", now=NOW)
+        limits = (await RateLimits(BrokenStore()).open(["a1"], now=NOW))["a1"]
         await limits.record("search", _limited(30), now=NOW)
     assert limits.wait("search", now=NOW) == pytest.approx(30)
     assert [r.getMessage() for r in caplog.records] == [
-        "could not read the rate limits of account a1",
+        "could not read the rate limits of accounts a1",
         "could not share the rate limit of account a1",
     ]
