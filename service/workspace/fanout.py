@@ -107,7 +107,9 @@ class Call:
         self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
     ) -> None:
         by_account: dict[str, list[ListRun]] = {}
-        for run in runs:
+        # Lists whose emitted results need a second round trip (Gmail's details) go out
+        # first: their answers come back first, so that round trip overlaps the others'.
+        for run in sorted(runs, key=lambda r: r.spec.hydrate is None):
             by_account.setdefault(run.slot.account.account_id, []).append(run)
         try:
             await self._open_limits(by_account)
