@@ -16,7 +16,7 @@ malformed JSON. A 401 part refuses the access token as a 401 to the batch would:
 token is renewed once and the batch sent again (a part still refused is then final). Every
 part failing raises the worst error, as does a failed batch request.
 Stubs hydrated in the same event-loop turn on one `HttpClient` (the pager completes a page's
-stubs concurrently) share one batch.
+stubs concurrently) share one batch (`_gather.read_together`).
 
 Links open the account searched, `https://mail.google.com/mail/?authuser=<address>#all/<id>`,
 with the address from `users.getProfile`, read once per account through the memo; a message's
@@ -25,13 +25,11 @@ link is also its fusion identity, and depends only on the account and the messag
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import html
 import json
 import math
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -58,6 +56,7 @@ from service.workspace.providers._common import (
     sub,
     text,
 )
+from service.workspace.providers._gather import read_together
 from service.workspace.providers._multipart import (
     BatchPart,
     encode_batch,
@@ -96,7 +95,6 @@ MAX_BATCH = 50  # Gmail takes 100 calls a batch but advises at most 50 (larger o
 DETAIL_FIELDS = "id,threadId,labelIds,snippet,internalDate,payload/headers"
 UNREAD_TITLE = "(message details unavailable)"
 MISSING_PART = "Gmail's batch answer left it out"
-INTERRUPTED = "the batch reading it was cancelled"
 GARBLED_PART = "provider returned a garbled batch part"
 NAMED_FAILURES = 3  # message ids named per failure reason in a page message
 
@@ -395,56 +393,9 @@ async def search_ids(http: HttpClient, query: ProviderQuery) -> ProviderPage:
     )
 
 
-# Reads gathering for a batch, per client: open for the event-loop turn of the first read.
-_gathering: weakref.WeakKeyDictionary[
-    HttpClient, dict[str, list[asyncio.Future[Outcome]]]
-] = weakref.WeakKeyDictionary()
-
-
-async def read_together(http: HttpClient, message_id: str) -> Outcome:
-    """One message's metadata, in one batch with the reads started in the same loop turn.
-
-    The first read of a turn leads: it yields once, so the reads scheduled alongside it
-    join, then sends the batch and hands every reader its outcome (an interrupted batch
-    hands the others a retryable error rather than leaving them waiting).
-    """
-    joined = _gathering.get(http)
-    if joined is not None:
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        joined.setdefault(message_id, []).append(future)
-        return await future
-    joined = {message_id: []}
-    _gathering[http] = joined
-    outcomes: dict[str, Outcome] = {}
-    try:
-        await asyncio.sleep(0)
-        _close(http, joined)
-        outcomes = await read_metadata(http, list(joined))
-    finally:
-        _close(http, joined)
-        interrupted = ProviderError(QueryState.FAILED, INTERRUPTED, retryable=True)
-        for mid, futures in joined.items():
-            outcome = outcomes.get(mid, interrupted)
-            for waiting in futures:
-                if waiting.done():
-                    continue  # its reader was cancelled
-                if isinstance(outcome, ProviderError):
-                    waiting.set_exception(outcome)
-                else:
-                    waiting.set_result(outcome)
-    return outcomes[message_id]
-
-
-def _close(http: HttpClient, joined: dict[str, list[asyncio.Future[Outcome]]]) -> None:
-    if _gathering.get(http) is joined:
-        del _gathering[http]
-
-
 async def hydrate(http: HttpClient, document: NativeDocument) -> NativeDocument:
     """The message behind a stub, with subject, sender, snippet and date (batched reads)."""
-    outcome = await read_together(http, document.id)
-    if isinstance(outcome, ProviderError):
-        raise outcome
+    outcome = await read_together(http, document.id, read_metadata)
     if outcome is None:
         raise ProviderError(
             QueryState.FAILED, "the message was deleted after it was listed", retryable=False
