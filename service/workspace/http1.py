@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import ssl
 from collections.abc import Callable, Sequence
 
 from service.workspace.http1_connection import (
+    AddressRefused,
     Answer,
     Connection,
     CutOff,
@@ -38,6 +40,7 @@ from service.workspace.http1_connection import (
 )
 
 __all__ = [
+    "AddressRefused",
     "Answer",
     "CutOff",
     "Headers",
@@ -63,7 +66,7 @@ class OriginPool:
         user_agent: str,
         limit: int = 64,
         keepalive: float = 10.0,
-        connect: Callable[[str, int], object] | None = None,
+        address_check: Callable[[str], bool] | None = None,
     ) -> None:
         self.scheme = scheme
         self.host = host
@@ -80,7 +83,7 @@ class OriginPool:
         default = self.port == (443 if scheme == "https" else 80)
         authority = bracketed if default else f"{bracketed}:{self.port}"
         self._preamble = f"Host: {authority}\r\nUser-Agent: {user_agent}\r\n"
-        self._connect_check = connect
+        self._address_check = address_check
 
     async def request(
         self,
@@ -140,20 +143,40 @@ class OriginPool:
                     self._waiters.remove(waiter)
 
     async def _open(self) -> Connection:
+        """A new connection; with an `address_check`, the host is resolved here, every address
+        it resolves to is checked and the connection goes to a checked one (a host that
+        resolves elsewhere later, DNS rebinding, is caught at the next connection)."""
         loop = asyncio.get_running_loop()
-        if self._connect_check is not None:
-            result = self._connect_check(self.host, self.port)
-            if asyncio.iscoroutine(result):
-                await result
         context = self._ssl_context() if self.scheme == "https" else None
+        hosts = [self.host] if self._address_check is None else await self._checked()
+        failure: BaseException | None = None
+        for host in hosts:
+            try:
+                _, protocol = await loop.create_connection(
+                    lambda: Connection(self._lost), host, self.port, ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                )
+                return protocol
+            except (OSError, ssl.SSLError) as exc:
+                failure = exc
+        raise Unreachable(type(failure).__name__) from None
+
+    async def _checked(self) -> list[str]:
+        assert self._address_check is not None
         try:
-            _, protocol = await loop.create_connection(
-                lambda: Connection(self._lost), self.host, self.port, ssl=context,
-                server_hostname=self.host if context is not None else None,
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM
             )
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:
             raise Unreachable(type(exc).__name__) from None
-        return protocol
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        refused = [a for a in addresses if not self._address_check(a)]
+        if refused or not addresses:
+            raise AddressRefused(
+                f"{self.host} resolves to {refused[0] if refused else 'nothing'}: private, "
+                "loopback and link-local addresses are not allowed"
+            )
+        return addresses
 
     def _release(self, connection: Connection) -> None:
         self._busy -= 1

@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["MAX_HEAD_BYTES", "Answer", "Connection", "CutOff", "Headers", "Malformed",
-           "Unreachable"]
+__all__ = ["MAX_HEAD_BYTES", "AddressRefused", "Answer", "Connection", "CutOff", "Headers",
+           "Malformed", "Unreachable"]
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers of one response
 _NO_BODY = frozenset({204, 304})
@@ -17,6 +17,10 @@ _NO_BODY = frozenset({204, 304})
 
 class Unreachable(Exception):
     """No complete response head: the provider could not be reached or closed first."""
+
+
+class AddressRefused(Unreachable):
+    """The host resolved to an address the pool may not reach (a private one)."""
 
 
 class CutOff(Exception):

@@ -305,3 +305,28 @@ async def test_https_verifies_the_certificate(certificate: tuple[Path, Path]) ->
         pool.close()
         untrusting.close()
         await server.close()
+
+
+async def test_an_address_check_refuses_a_host_that_resolves_to_a_refused_address(
+    serve: Start,
+) -> None:
+    server, _ = await serve()
+    refusing = http1.OriginPool("http", "localhost", server_port(server),
+                                ssl_context=ssl.create_default_context, user_agent="test/1",
+                                address_check=lambda address: False)
+    allowing = http1.OriginPool("http", "localhost", server_port(server),
+                                ssl_context=ssl.create_default_context, user_agent="test/1",
+                                address_check=lambda address: address in ("127.0.0.1", "::1"))
+    try:
+        with pytest.raises(http1.AddressRefused, match="resolves to"):
+            await _get(refusing)
+        assert server.connections == 0  # refused before a connection was opened
+        assert (await _get(allowing)).status == 200
+    finally:
+        refusing.close()
+        allowing.close()
+
+
+def server_port(server: Server) -> int:
+    assert server._server is not None
+    return int(server._server.sockets[0].getsockname()[1])
