@@ -8,7 +8,6 @@ expires and whether a refresh token is stored.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import secrets
 import socket
@@ -20,6 +19,7 @@ import httpx
 
 from service.errors import FieldViolation, InvalidArgument, NotFound
 from service.store.base import AccountRecord, Store
+from service.workspace.addresses import is_public as _is_public
 from service.workspace.credentials import CredentialSealer, bound_to, check_credentials
 from service.workspace.model import Account, Credentials, ProviderId
 from service.workspace.pool import BASIC_AUTH_PROVIDERS
@@ -98,31 +98,6 @@ async def _system_resolve(host: str, port: int) -> Sequence[str]:
     return [str(info[4][0]) for info in infos]
 
 
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known prefix: IPv4 in the last 32 bits
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # local-use (RFC 8215): never public
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """IPv4 addresses an IPv6 address reaches: mapped, NAT64, 6to4 and Teredo forms."""
-    found = [v4 for v4 in (ip.ipv4_mapped, ip.sixtofour) if v4 is not None]
-    if ip.teredo is not None:
-        found.extend(ip.teredo)
-    if ip in _NAT64:
-        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    return found
-
-
-def _is_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip in _NAT64_LOCAL:
-            return False
-        embedded = _embedded_ipv4(ip)
-        # A translated address is as public as the IPv4 address it reaches.
-        candidates = list(embedded) if embedded else candidates
-    return all(c.is_global and not c.is_multicast for c in candidates)
-
 
 class AccountManager:
     """Connects, lists and disconnects a tenant's provider accounts."""
@@ -152,6 +127,13 @@ class AccountManager:
     def default_base_url(self, provider: ProviderId) -> str:
         """The API origin used when an account has no base URL of its own."""
         return self._overrides.get(provider) or self._registry[provider].default_base_url
+
+    def checks_addresses(self, account: Account) -> bool:
+        """Whether the account's base URL is the caller's, to be kept off private addresses
+        at every request too (not an operator's origin, nor SEARCH_ALLOW_PRIVATE_BASE_URLS)."""
+        return not self._allow_private and account.base_url != self.default_base_url(
+            account.provider
+        )
 
     def _order(self, account: Account) -> tuple[int, str, str, str]:
         position = list(self._registry).index(account.provider)

@@ -96,7 +96,7 @@ class WorkspaceEngine:
         self._signer = signer
         self._registry = registry
         self._settings = settings
-        self._pools = PoolRegistry()
+        self._pools = PoolRegistry(public_only=accounts.checks_addresses)
 
     async def list_accounts(
         self, tenant: str, provider: ProviderId | None = None

@@ -201,6 +201,8 @@ class AccountSession:
             return await self._pool.origin(self._base).request(
                 method, target, fields, body, cap=self.max_response_bytes
             )
+        except http1.AddressRefused as exc:
+            raise failed(f"refused to reach the provider: {exc}") from None
         except http1.CutOff as exc:
             raise transient(f"provider response was cut off ({exc})") from None
         except http1.Unreachable as exc:

@@ -18,10 +18,12 @@ import ssl
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from service.workspace.addresses import is_reachable
 from service.workspace.http1 import OriginPool
 from service.workspace.model import Account, Credentials, ProviderId
 
@@ -81,7 +83,10 @@ def _empty_listing(data: Any) -> bool:
 class AccountPool:
     """What may outlive one call for one account: its connections and memoised answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, public_only: bool = False) -> None:
+        # A caller's base URL: every resolution is checked (DNS rebinding), connections go
+        # only to the addresses checked.
+        self._public_only = public_only
         self._origins: dict[Origin, OriginPool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         # Bounded in count and age: keys can come from callers (GitLab's `project`), values
@@ -103,6 +108,7 @@ class AccountPool:
             found = self._origins[origin] = OriginPool(
                 scheme, host, port, ssl_context=_shared_ssl_context, user_agent=_USER_AGENT,
                 limit=_CONNECTIONS_PER_ACCOUNT, keepalive=_KEEPALIVE_SECONDS,
+                address_check=is_reachable if self._public_only else None,
             )
         return found
 
@@ -155,9 +161,12 @@ class AccountPool:
 class PoolRegistry:
     """One AccountPool per (account, origin, credential), kept across calls; `aclose` at exit."""
 
-    def __init__(self, max_pools: int = _MAX_POOLS) -> None:
+    def __init__(
+        self, max_pools: int = _MAX_POOLS, *, public_only: Callable[[Account], bool] | None = None
+    ) -> None:
         self._pools: OrderedDict[str, AccountPool] = OrderedDict()
         self._max = max_pools
+        self._public_only = public_only
 
     def pool(self, account: Account, credentials: Credentials) -> AccountPool:
         """The account's pool (a new credential or base URL gets a new one)."""
@@ -169,7 +178,8 @@ class PoolRegistry:
         if found is not None:
             self._pools.move_to_end(key)
             return found
-        created = self._pools[key] = AccountPool()
+        checked = self._public_only is not None and self._public_only(account)
+        created = self._pools[key] = AccountPool(public_only=checked)
         while len(self._pools) > self._max:
             _, evicted = self._pools.popitem(last=False)
             evicted.close()
