@@ -3,5 +3,3 @@
 from __future__ import annotations
 
 from tests.support.pg import pg_dsn, pg_server  # noqa: F401 - fixtures
-
-pytest_plugins = ["tests.fakes.fixtures"]
