@@ -1,4 +1,4 @@
-"""`python -m benchmarks.reliability faults|load|outage|all|report` (issue 8's long runs).
+"""`python -m benchmarks.reliability faults|load|outage|abuse|all|report` (issues 8, 17).
 
 Each run prints its figures, checks its acceptance criteria and stores both in
 benchmarks/reliability/results.json (see README.md there). The exit status is 1 when a
@@ -13,16 +13,19 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from benchmarks.reliability import results
+from tests.support.reliability.abuse import rows_summary, store_cases
+from tests.support.reliability.abuse_workspace import MEMO_ANSWER_BYTES, workspace_cases
 from tests.support.reliability.faults import faults_scenario
 from tests.support.reliability.load import load_scenario
 from tests.support.reliability.outage import RECOVERY_LIMIT, isolated_control, outage_scenario
 
-COMMANDS = ("faults", "load", "outage", "all", "report")
+COMMANDS = ("faults", "load", "outage", "abuse", "all", "report")
 Outcome = tuple[dict[str, Any], dict[str, bool]]  # figures, acceptance
 
 
@@ -37,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=60.0, help="duration (load)")
     parser.add_argument("--down", type=float, default=5.0, help="seconds PostgreSQL is down")
     parser.add_argument("--deadline", type=float, default=2.0, help="call deadline (outage)")
+    parser.add_argument("--streams", type=int, default=256, help="never-read streams (abuse)")
+    parser.add_argument("--memo-projects", type=int, default=60,
+                        help="distinct GitLab projects (abuse)")
+    parser.add_argument("--stores", default="sqlite,postgres", help="stores (abuse)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (harness check)")
     parser.add_argument("--out", default="", help="results file (default: results.json here; "
                                                   "smoke runs save only when given)")
@@ -49,6 +56,9 @@ def _command(args: argparse.Namespace, name: str) -> str:
         extra += f" --faults {args.faults} --lanes {args.lanes}"
     elif name == "load":
         extra += f" --concurrency {args.concurrency} --seconds {args.seconds:g}"
+    elif name == "abuse":
+        extra += (f" --streams {args.streams} --memo-projects {args.memo_projects}"
+                  f" --stores {args.stores}")
     else:
         extra += f" --down {args.down:g} --deadline {args.deadline:g}"
     return f"python -m benchmarks.reliability {name}{extra}"
@@ -101,7 +111,41 @@ async def run_outage(args: argparse.Namespace, workdir: Path) -> Outcome:
     }
 
 
-RUNNERS = {"faults": run_faults, "load": run_load, "outage": run_outage}
+async def run_abuse(args: argparse.Namespace, workdir: Path) -> Outcome:
+    """Issue 17's denial-of-service and hostile-input cases: one row each, and its promise."""
+    stores = [s for s in args.stores.split(",") if s]
+    if not set(stores) <= {"sqlite", "postgres"}:
+        raise SystemExit(f"--stores: sqlite and/or postgres, not {args.stores!r}")
+    streams = 16 if args.smoke else args.streams
+    rows = []
+    async with _postgres("postgres" in stores) as dsn:
+        for store in stores:
+            env = {"SEARCH_DATABASE_URL": dsn} if store == "postgres" else {}
+            rows += await store_cases(workdir, store, env, streams)
+    rows += await workspace_cases(workdir, projects=4 if args.smoke else args.memo_projects,
+                                  answer_bytes=MEMO_ANSWER_BYTES)
+    return rows_summary(rows), {f"{row.case} ({row.store}): {row.promise}": row.held
+                                for row in rows}
+
+
+@asynccontextmanager
+async def _postgres(wanted: bool) -> AsyncIterator[str]:
+    """A fresh database on TEST_PG_DSN's server or a private one (started first: see
+    `isolated_control`); "" when not wanted."""
+    if not wanted:
+        yield ""
+        return
+    from tests.support.pg import fresh_database, server_from_env, start_server
+
+    pg = server_from_env() or start_server()
+    try:
+        async with fresh_database(pg.dsn) as dsn:
+            yield dsn
+    finally:
+        isolated_control(pg)("close")
+
+
+RUNNERS = {"faults": run_faults, "load": run_load, "outage": run_outage, "abuse": run_abuse}
 
 
 async def run(args: argparse.Namespace) -> bool:

@@ -21,6 +21,7 @@ TITLES = {
     "faults": "Provider fault injection",
     "load": "Concurrent streaming load",
     "outage": "PostgreSQL outage under load",
+    "abuse": "Denial of service and hostile input (issue 17)",
 }
 
 
@@ -58,8 +59,8 @@ def _cell(value: Any) -> str:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """A "Reliability (issue 8)" section: per run, its acceptance and its figures."""
-    parts = ["## Reliability (issue 8)\n"]
+    """A "Reliability (issues 8 and 17)" section: per run, its acceptance and its figures."""
+    parts = ["## Reliability (issues 8 and 17)\n"]
     for name, title in TITLES.items():
         section = results["benchmarks"].get(name)
         if section is None:
@@ -67,14 +68,25 @@ def render_markdown(results: dict[str, Any]) -> str:
             parts.append(f"### {title}\n\nNot run yet: `{command}`.\n")
             continue
         stamp = section["stamp"]
-        rows = [f"| {k} | {_cell(v)} |" for k, v in section["acceptance"].items()]
-        figures = [f"| {k} | {_cell(v)} |" for k, v in section["data"].items()
-                   if k not in ("first_problems",)]
-        parts.append(
+        head = (
             f"### {title}\n\n_`{section['command']}` at commit `{stamp.get('commit')}`"
             f"{' + uncommitted changes' if stamp.get('dirty') else ''}, {stamp.get('date')}, "
             f"{stamp.get('cores')} cores, load average {stamp.get('load_average')}._\n\n"
-            "| acceptance | held |\n|---|---|\n" + "\n".join(rows) + "\n\n"
-            "| figure | value |\n|---|---|\n" + "\n".join(figures) + "\n"
         )
+        parts.append(head + _body(section))
     return "\n".join(parts)
+
+
+def _body(section: dict[str, Any]) -> str:
+    """Acceptance and figures; a run of cases (abuse) as one table row per case."""
+    cases = section["data"].get("rows")
+    if cases is not None:
+        rows = [f"| {c['case']} | {c['store']} | {c['figure']} | {c['promise']} | "
+                f"{_cell(c['held'])} |" for c in cases]
+        return ("| case | store | measured | promise | held |\n|---|---|---|---|---|\n"
+                + "\n".join(rows) + "\n")
+    rows = [f"| {k} | {_cell(v)} |" for k, v in section["acceptance"].items()]
+    figures = [f"| {k} | {_cell(v)} |" for k, v in section["data"].items()
+               if k not in ("first_problems",)]
+    return ("| acceptance | held |\n|---|---|\n" + "\n".join(rows) + "\n\n"
+            "| figure | value |\n|---|---|\n" + "\n".join(figures) + "\n")
