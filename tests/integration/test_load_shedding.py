@@ -214,7 +214,9 @@ async def test_postgres_searches_take_turns_at_the_pool_and_late_ones_are_shed(
                     await asyncio.sleep(0.3)  # two statements wait on the lock, six in the queue
                     probe = await fts("bob", bob, "comet", 1.0)
                     served = asyncio.create_task(_finished(fts("bob", bob, "comet", 10)))
-                    await asyncio.sleep(0.3)
+                    # Until bob waits in the queue (a fixed sleep was too short on a busy
+                    # machine: bob then queued after the lock went, behind the whole burst).
+                    await _queued(app.components["store"], "bob")
                 # The lock is gone: the two statements end, and the queue moves on.
                 bob_outcome, bob_done = await served
                 alice_done = [done for (outcome, _), done in await asyncio.gather(*burst)
@@ -227,6 +229,17 @@ async def test_postgres_searches_take_turns_at_the_pool_and_late_ones_are_shed(
     # Round-robin by tenant: bob's turn is the second one freed, before alice's last four.
     assert len(alice_done) == 8
     assert sum(done > bob_done for done in alice_done) >= 3, (bob_done, sorted(alice_done))
+
+
+async def _queued(store: Any, tenant: str) -> None:
+    """Wait (up to 10 s) until `tenant` has a search waiting in the PostgreSQL store's turn
+    queue."""
+    turns = store._search_turns
+    for _ in range(1000):
+        if tenant in turns._waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{tenant} never queued")
 
 
 async def _finished(
