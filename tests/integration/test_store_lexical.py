@@ -188,3 +188,22 @@ async def test_a_rewritten_document_is_scored_on_its_new_text(corpus: Corpus) ->
     scores = {h.row_id: h.fts_score for h in page.hits}
     assert scores["a"] == pytest.approx(scores["b"])
     assert scores["a"] > 0
+
+
+async def test_a_prefix_scores_its_exact_stem_and_one_for_longer_terms_only(
+    corpus: Corpus,
+) -> None:
+    # "comet" is a prefix: B holds the word once, C only the longer "cometary" (twice): both
+    # tf 1, so with equal lengths they score alike; A holds the word twice and scores higher.
+    project = await corpus.project("p0")
+    await corpus.write(project.project_id, [
+        Doc("note", "a", "comet comet planet", title="alpha", vectors="pending"),
+        Doc("note", "b", "comet planet planet", title="alpha", vectors="pending"),
+        Doc("note", "c", "cometary cometary planet", title="alpha", vectors="pending"),
+        Doc("note", "d", "planet planet planet", title="alpha", vectors="pending"),
+    ])
+    page = await corpus.search([project.project_id], Mode.FTS, "comet", limit=10)
+    scores = {h.row_id: h.fts_score for h in page.hits}
+    assert set(scores) == {"a", "b", "c"}
+    assert scores["b"] == pytest.approx(scores["c"])
+    assert scores["a"] > scores["b"] > 0
