@@ -46,12 +46,8 @@ class Lexical:
     bindings: dict[str, Any]
 
 
-ScoringTerm = tuple[str, bool, str, bool, str | None]
-
-
-def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[ScoringTerm]:
-    """The plan's BM25 terms as `(stem, prefix, column, relaxed, match)`, each stem once
-    (`match`: see `_prefix_match`).
+def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[tuple[str, bool, str, bool]]:
+    """The plan's BM25 terms as `(stem, prefix, column, relaxed)`, each stem once.
 
     `relaxed` marks the terms of the relaxed form when each of its words is one index term:
     its matches are then exactly the documents holding one of those terms.
@@ -68,21 +64,9 @@ def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[ScoringTerm]:
         loose = {(found[0], RELAXED_PREFIX) for found in stems}
     if not loose <= set(words):
         loose = set()
-    return [
-        (stem, prefix, CONTENT_COLUMN, (stem, prefix) in loose,
-         _prefix_match(checker, stem, prefix))
-        for stem, prefix in words
-    ] + [(gram, False, NGRAMS_COLUMN, False, None) for gram, _ in grams]
-
-
-def _prefix_match(checker: Fts5Checker, stem: str, prefix: bool) -> str | None:
-    """The FTS5 query listing the documents that hold a term starting with `stem` (content
-    column), when the tokenizer reads `stem` back as itself; None otherwise (or not a prefix).
-    """
-    if not prefix or checker.stems(stem, True) != [stem]:
-        return None
-    expression = f'{CONTENT_COLUMN} : "{stem.replace(chr(34), chr(34) * 2)}"*'
-    return expression if checker.valid(expression) else None
+    return [(stem, prefix, CONTENT_COLUMN, (stem, prefix) in loose) for stem, prefix in words] + [
+        (gram, False, NGRAMS_COLUMN, False) for gram, _ in grams
+    ]
 
 
 def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = False) -> Lexical:
@@ -102,7 +86,7 @@ def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = F
         "bm25_k1": float(plan.bm25_k1),
         "bm25_b": float(plan.bm25_b),
     }
-    grams = any(term[2] == NGRAMS_COLUMN for term in terms)
+    grams = any(column == NGRAMS_COLUMN for _, _, column, _ in terms)
     stats = q.SCOPE_STATS_GRAMS if grams else q.SCOPE_STATS_WORDS
     bm25 = q.BM25.format(scope_stats=stats.strip(), content_size=q.CONTENT_SIZE)
     if strict_ok and relaxed_ok:

@@ -55,46 +55,26 @@ fts_loose AS MATERIALIZED (
 FTS_LOOSE_NONE = """
 fts_loose AS (SELECT 0 AS doc_id WHERE 0)"""
 # Term frequencies from the index itself (`temp.docs_fts_instance`, lexical_check.py: one row
-# per occurrence): `:score_terms` lists `[stem, prefix, column, relaxed, match]` per query
-# term. A prefix term's tf is its exact stem's count, or 1 when only longer terms occur, as
-# on PostgreSQL (whose tsvector cannot list the longer lexemes cheaply): the larger of the
-# exact count (equality lookups in the index) and 1 for every document FTS5's own prefix
-# query finds (`match`, `content : "stem"*`, in C over the doclists), rather than a walk over
-# every occurrence of every longer term, which made frequent prefixes ~6x slower.
-# A prefix whose stem the tokenizer would change again has no `match` and counts the
-# occurrences of its whole range instead. CROSS JOIN keeps the terms outer, so each is one
-# lookup. df, N and the average column sizes are counted over the eligible scope (docsize:
-# FTS5's per-row token counts).
+# per occurrence): `:score_terms` lists `[stem, prefix, column, relaxed]` per query term. A prefix
+# term's tf is its exact stem's count, or 1 when only longer terms occur, as on PostgreSQL
+# (whose tsvector cannot list the longer lexemes cheaply). CROSS JOIN keeps the terms outer,
+# so each is a range lookup in the index. df, N and the average column sizes are counted over
+# the eligible scope (docsize: FTS5's per-row token counts).
 BM25 = """
 query_terms AS MATERIALIZED (
     SELECT CAST(key AS INTEGER) AS term, value ->> 0 AS stem, value ->> 1 AS prefix,
-           value ->> 2 AS col, value ->> 3 AS relaxed, value ->> 4 AS expr
+           value ->> 2 AS col, value ->> 3 AS relaxed
     FROM json_each(:score_terms)
 ),
 term_tf AS MATERIALIZED (
-    SELECT term, doc_id, col, MAX(tf) AS tf FROM (
-        SELECT t.term, i.doc AS doc_id, t.col, COUNT(*) AS tf
-        FROM query_terms AS t
-        CROSS JOIN docs_fts_instance AS i
-        WHERE (NOT t.prefix OR t.expr IS NOT NULL) AND i.term = t.stem AND i.col = t.col
-          AND i.doc IN (SELECT doc_id FROM eligible)
-        GROUP BY t.term, i.doc
-        UNION ALL
-        SELECT t.term, f.rowid, t.col, 1
-        FROM query_terms AS t
-        CROSS JOIN docs_fts AS f
-        WHERE t.expr IS NOT NULL AND f.docs_fts MATCH t.expr
-          AND +f.rowid IN (SELECT doc_id FROM eligible)
-        UNION ALL
-        SELECT t.term, i.doc, t.col, MAX(1, SUM(i.term = t.stem))
-        FROM query_terms AS t
-        CROSS JOIN docs_fts_instance AS i
-        WHERE t.prefix AND t.expr IS NULL
-          AND i.term >= t.stem AND i.term < t.stem || char(1114111) AND i.col = t.col
-          AND i.doc IN (SELECT doc_id FROM eligible)
-        GROUP BY t.term, i.doc
-    )
-    GROUP BY term, doc_id
+    SELECT t.term, i.doc AS doc_id, t.col,
+           CASE WHEN t.prefix THEN MAX(1, SUM(i.term = t.stem)) ELSE COUNT(*) END AS tf
+    FROM query_terms AS t
+    CROSS JOIN docs_fts_instance AS i
+    WHERE i.term >= t.stem AND i.term < t.stem || char(1114111) AND i.col = t.col
+      AND (t.prefix OR i.term = t.stem)
+      AND i.doc IN (SELECT doc_id FROM eligible)
+    GROUP BY t.term, i.doc
 ),
 term_df AS MATERIALIZED (SELECT term, COUNT(*) AS df FROM term_tf GROUP BY term),
 {scope_stats},
