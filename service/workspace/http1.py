@@ -138,6 +138,11 @@ class OriginPool:
             self._waiters.append(waiter)
             try:
                 await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._waiters.remove(waiter)
+                    self._wake()  # woken, then cancelled: the next waiter gets the turn
+                raise
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)

@@ -330,3 +330,36 @@ async def test_an_address_check_refuses_a_host_that_resolves_to_a_refused_addres
 def server_port(server: Server) -> int:
     assert server._server is not None
     return int(server._server.sockets[0].getsockname()[1])
+
+
+async def test_a_waiter_cancelled_as_its_turn_comes_passes_the_turn_on(
+    serve: Start, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = asyncio.Event()
+
+    async def held(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(server.requests) == 1:
+            await release.wait()
+        writer.write(_json())
+        return True
+
+    server, pool = await serve(held, limit=1)
+    first = asyncio.create_task(_get(pool))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(_get(pool))
+    third = asyncio.create_task(_get(pool))
+    await asyncio.sleep(0.05)
+    wake = pool._wake
+
+    def wake_then_cancel_the_woken() -> None:  # `second` is woken, then cancelled at once
+        wake()
+        monkeypatch.setattr(pool, "_wake", wake)
+        second.cancel()
+
+    monkeypatch.setattr(pool, "_wake", wake_then_cancel_the_woken)
+    release.set()
+    assert (await first).status == 200
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    async with asyncio.timeout(2):
+        assert (await third).status == 200
