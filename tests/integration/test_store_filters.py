@@ -195,3 +195,31 @@ async def test_metadata_value_is_not_injectable(
         [project.project_id], Mode.FTS, "", filters=_meta("status", "eq", "x' OR '1'='1")
     )
     assert page.total == 0
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize(
+    "text",
+    ["shared nebula", 'the "shared nebula" of 70803 el/1', "shared OR nebula*", "東京 nebula"],
+)
+async def test_every_filter_at_its_limit_still_plans(corpus: Corpus, mode: Mode, text: str) -> None:
+    """The statement with every filter kind at its request limit, each kind of lexical
+    query and each mode prepares and runs (SQLite refuses statements whose subqueries nest
+    past its expression depth: a lexical rewrite once did, with one filter)."""
+    projects = await shared_nebula(corpus)
+    values = tuple(f"v{j}" for j in range(100))
+    metadata = tuple(
+        MetadataCondition((f"m{i}", "x"), op, values if op != "eq" else values[:1])
+        for i, op in zip(range(20), ["contains_all", "in", "eq", "contains_all"] * 5, strict=True)
+    )
+    filters = Filters(
+        kinds=(*(f"kind{j}" for j in range(99)), "observation"),
+        metadata=metadata,
+        note_types=tuple(f"t{j}" for j in range(100)),
+        directory_prefix="notes",
+        categories=tuple(f"c{j}" for j in range(100)),
+        created=TimeRange(start=at(1, year=2000), end=at(1, year=2100)),
+        updated=TimeRange(start=at(1, year=2000), end=at(1, year=2100)),
+    )
+    page = await corpus.search([p.project_id for p in projects], mode, text, filters=filters)
+    assert list(page.hits) == []

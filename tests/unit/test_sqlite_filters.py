@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from service import errors
 from service.store.base import Filters, MetadataCondition
-from service.store.sqlite.filters import filter_sql, json_path
+from service.store.sqlite.filters import contains_all, filter_sql, json_path
 
 
 def test_json_path_quotes_every_segment() -> None:
@@ -36,7 +38,44 @@ def test_user_values_are_bound_never_inlined() -> None:
     assert "OR '1'" not in sql
     assert hostile in bindings["m0_0"]
     assert bindings["dir_low"] == hostile + "/"
-    assert bindings["m1_2"] == "true"
+    assert json.loads(bindings["m1_all"]) == [hostile, 2.0, True]
+    assert bindings["kinds_0"] == bindings["categories_0"] == hostile
+
+
+def test_lists_and_contains_all_add_no_subquery() -> None:
+    """Each subquery in the scope is prepared again for every reference to it, and SQLite
+    refuses the statement past 1,000 such preparations: only the scope's own may remain."""
+    filters = Filters(
+        kinds=tuple(f"k{j}" for j in range(100)),
+        categories=("a", "b"),
+        note_types=("n",),
+        metadata=tuple(
+            MetadataCondition((f"m{i}",), "contains_all", tuple(f"v{j}" for j in range(100)))
+            for i in range(20)
+        ),
+    )
+    sql, _ = filter_sql(filters)
+    assert "SELECT" not in sql.upper()
+
+
+@pytest.mark.parametrize(
+    ("stored", "wanted", "found"),
+    [
+        ('["a", 2, true]', '["a", 2.0, true]', True),
+        ('["a", 2]', '["a", 3]', False),
+        ('["2", "true"]', "[2]", False),
+        ('["2", "true"]', "[true]", False),
+        ("[1, 0]", "[true]", False),
+        ("[true]", "[1]", False),
+        ('[["a"], {"a": 1}]', '["a"]', False),
+        ("[]", '["a"]', False),
+        (None, '["a"]', False),
+    ],
+)
+def test_contains_all_matches_elements_of_the_operand_type(
+    stored: str | None, wanted: str, found: bool
+) -> None:
+    assert contains_all(stored, wanted) is found
 
 
 def test_directory_prefix_is_normalised_to_a_segment_range() -> None:
@@ -49,7 +88,7 @@ def test_directory_prefix_is_normalised_to_a_segment_range() -> None:
 
 def test_note_types_are_lower_cased() -> None:
     _, bindings = filter_sql(Filters(note_types=("Spec", "MEMO")))
-    assert bindings["note_types"] == '["spec", "memo"]'
+    assert (bindings["note_types_0"], bindings["note_types_1"]) == ("spec", "memo")
 
 
 @pytest.mark.parametrize(

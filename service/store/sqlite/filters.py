@@ -16,13 +16,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import apsw
+
 from service import errors
 from service.store.base import Filters, MetadataCondition
 from service.store.sqlite.values import to_micros
 
-KINDS = "AND d.kind IN (SELECT value FROM json_each(:kinds))"
-CATEGORIES = "AND d.category IN (SELECT value FROM json_each(:categories))"
-NOTE_TYPES = "AND d.note_type_key IN (SELECT value FROM json_each(:note_types))"
+# Membership lists are bound one parameter per value, and `contains_all` is one function
+# call: the scope CTE is re-prepared for every reference to it, and SQLite refuses a
+# statement once those nested preparations reach 1,000 ("VIEWs and/or subqueries nested too
+# deep"), so every subquery here multiplies. The only subquery left is the scope's.
+KINDS = "AND d.kind IN ({values})"
+CATEGORIES = "AND d.category IN ({values})"
+NOTE_TYPES = "AND d.note_type_key IN ({values})"
 # Segment-exact prefix as an index-friendly range: in binary order the paths that start
 # with "dir/" are exactly those in ["dir/", "dir0") since '0' follows '/'; "dir-archive/x"
 # sorts before "dir/" ('-' < '/') and "dir" itself before "dir/".
@@ -42,12 +48,9 @@ EQ_TEXT = (
 )
 EQ_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} = :{{v}})"
 EQ_BOOL = f"({_TYPE} = :{{v}})"
-ELEMENT_TEXT = "(j.type = 'text' AND j.value = :{v})"
-ELEMENT_NUMBER = "(j.type IN ('integer', 'real') AND j.value = :{v})"
-ELEMENT_BOOL = "(j.type = :{v})"
 CONTAINS = (
-    "(json_type(d.metadata, :{p}) = 'array' AND EXISTS ("
-    "SELECT 1 FROM json_each(d.metadata, :{p}) AS j WHERE {element}))"
+    "(json_type(d.metadata, :{p}) = 'array' "
+    "AND search_contains_all(json_extract(d.metadata, :{p}), :{v}))"
 )
 COMPARE_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} {{op}} :{{v}})"
 COMPARE_TEXT = f"({_TYPE} = 'text' AND {_VALUE} {{op}} :{{v}})"
@@ -69,8 +72,9 @@ def filter_sql(filters: Filters) -> tuple[str, Bindings]:
         (NOTE_TYPES, "note_types", tuple(t.lower() for t in filters.note_types)),
     ):
         if values:
-            parts.append(fragment)
-            bindings[name] = json.dumps(list(values))
+            names = [f"{name}_{j}" for j in range(len(values))]
+            parts.append(fragment.format(values=", ".join(f":{n}" for n in names)))
+            bindings.update(zip(names, values, strict=True))
     prefix = _normalise_prefix(filters.directory_prefix)
     if prefix:
         parts.append(DIRECTORY)
@@ -121,11 +125,8 @@ def _metadata(condition: MetadataCondition, name: str, bindings: Bindings) -> st
         alternatives = [_equals(p, f"{name}_{j}", v, bindings) for j, v in enumerate(values)]
         return "(" + " OR ".join(alternatives) + ")"
     if op == "contains_all":
-        return (
-            "("
-            + " AND ".join(_contains(p, f"{name}_{j}", v, bindings) for j, v in enumerate(values))
-            + ")"
-        )
+        bindings[f"{name}_all"] = json.dumps(list(values))
+        return CONTAINS.format(p=p, v=f"{name}_all")
     if op in _COMPARISONS:
         return _compare(p, f"{name}_0", _COMPARISONS[op], values[0], bindings)
     if op == "between" and len(values) == 2:
@@ -141,13 +142,27 @@ def _equals(p: str, v: str, value: str | float | bool, bindings: Bindings) -> st
     return (EQ_TEXT if isinstance(value, str) else EQ_NUMBER).format(p=p, v=v)
 
 
-def _contains(p: str, v: str, value: str | float | bool, bindings: Bindings) -> str:
-    if isinstance(value, bool):
-        bindings[v], element = ("true" if value else "false"), ELEMENT_BOOL
-    else:
-        bindings[v] = value
-        element = ELEMENT_TEXT if isinstance(value, str) else ELEMENT_NUMBER
-    return CONTAINS.format(p=p, element=element.format(v=v))
+def contains_all(*args: apsw.SQLiteValue) -> bool:
+    """`search_contains_all(array, operands)`: every operand (JSON) has an equal element
+    in `array` (the stored JSON array's text): a string an equal string, a number an equal
+    number (integer or real), a boolean the same boolean; nested values never match."""
+    stored, wanted = args
+    if not isinstance(stored, str) or not isinstance(wanted, str):
+        return False
+    elements = json.loads(stored)
+    texts = {e for e in elements if isinstance(e, str)}
+    numbers = {e for e in elements if _is_number(e)}
+    flags = {e for e in elements if isinstance(e, bool)}
+    for operand in json.loads(wanted):
+        if isinstance(operand, bool):
+            found = operand in flags
+        elif isinstance(operand, str):
+            found = operand in texts
+        else:
+            found = operand in numbers
+        if not found:
+            return False
+    return True
 
 
 def _compare(p: str, v: str, op: str, value: str | float | bool, bindings: Bindings) -> str:

@@ -10,6 +10,8 @@ from typing import cast
 
 import apsw
 
+from service.store.sqlite.filters import contains_all
+
 TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))
 CREATE_PROBE = """
 CREATE VIRTUAL TABLE docs_fts USING fts5(
@@ -41,10 +43,12 @@ def _column_size(*args: apsw.SQLiteValue) -> int:
 
 
 def register_functions(conn: apsw.Connection) -> None:
-    """Make the BM25 helpers available on `conn` (once per connection)."""
+    """Make the search statement's functions (BM25 column sizes, `contains_all`) available
+    on `conn` (once per connection)."""
     if conn in _REGISTERED:
         return
     conn.create_scalar_function("search_column_size", _column_size, 2, deterministic=True)
+    conn.create_scalar_function("search_contains_all", contains_all, 2, deterministic=True)
     # Once per connection, not per search: kept out of the statement hooks, which count a
     # search's statements.
     tracer, conn.exec_trace = conn.exec_trace, None
