@@ -396,12 +396,15 @@ async def _build_servicers(
         ),
         "search.v1.IndexService": IndexServicer(store, indexer, signer, identity),
     }
-    servicers.update(await _workspace_servicers(settings, app, store))
+    servicers.update(await _workspace_servicers(settings, app, store, overrides))
     return servicers
 
 
-async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict[str, Any]:
-    """Workspace search and accounts (built by service.workspace)."""
+async def _workspace_servicers(
+    settings: Settings, app: App, store: Any, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """Workspace search and accounts (built by service.workspace); a `resolver` override
+    replaces the system resolver ConnectAccount checks base URLs with (tests)."""
     from service.api.workspace_wiring import build_workspace_servicers, parse_base_urls
 
     metrics = app.components.get("metrics")
@@ -416,6 +419,7 @@ async def _workspace_servicers(settings: Settings, app: App, store: Any) -> dict
         on_query=metrics.provider_query if metrics is not None else None,
         on_refresh=metrics.token_refresh if metrics is not None else None,
         closers=app.closers,
+        resolver=overrides.get("resolver"),
     )
 
 

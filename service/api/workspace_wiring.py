@@ -12,7 +12,7 @@ from service.keys import load_key
 from service.ranking.tokens import TokenSigner
 from service.settings import OAUTH_FAMILIES, Settings, SettingsError
 from service.store.base import Store
-from service.workspace.accounts import AccountManager
+from service.workspace.accounts import AccountManager, Resolver
 from service.workspace.engine import EngineSettings, WorkspaceEngine
 from service.workspace.limits import RateLimits
 from service.workspace.model import ProviderId
@@ -82,8 +82,10 @@ def build_workspace_servicers(
     on_query: QueryObserver | None = None,
     on_refresh: RefreshObserver | None = None,
     closers: list[Callable[[], Awaitable[None]]] | None = None,
+    resolver: Resolver | None = None,
 ) -> dict[str, Any]:
-    """WorkspaceSearchService and AccountService servicers, keyed by full service name."""
+    """WorkspaceSearchService and AccountService servicers, keyed by full service name
+    (`resolver`: how ConnectAccount resolves a base URL's host; None: the system's)."""
     key = load_key(
         settings.credentials_key, settings.data_dir, "credentials",
         setting="SEARCH_CREDENTIALS_KEY",
@@ -95,6 +97,7 @@ def build_workspace_servicers(
         allow_private_base_urls=settings.allow_private_base_urls,
         allow_insecure_http=allow_insecure_http,
         base_url_overrides=base_url_overrides,
+        resolver=resolver,
     )
     engine_settings = EngineSettings(
         rrf_k=settings.rrf_k,
