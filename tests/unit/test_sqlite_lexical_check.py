@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import apsw
 import pytest
 
 from service.projects.lexical import compile_query
-from service.store.sqlite import search_sql as q
-from service.store.sqlite.lexical_check import Fts5Checker, register_functions
+from service.store.sqlite.lexical_check import Fts5Checker
 
 
 @pytest.fixture
@@ -48,31 +46,6 @@ def test_compiled_queries_always_parse(checker: Fts5Checker, text: str) -> None:
     query = compile_query(text)
     for expression in (query.fts5, query.fts5_relaxed):
         assert expression is None or checker.valid(expression)
-
-
-def test_scope_statistics_decode_every_varint_length() -> None:
-    """The SQL decode of FTS5's docsize varints agrees with the tokenizer's counts."""
-    conn = apsw.Connection(":memory:")
-    register_functions(conn)
-    conn.execute(
-        "CREATE VIRTUAL TABLE docs_fts USING fts5(content, ngrams, content = '',"
-        " contentless_delete = 1, tokenize = 'porter unicode61 remove_diacritics 2')"
-    )
-    conn.execute("CREATE TABLE eligible (doc_id INTEGER PRIMARY KEY)")
-    sizes = [1, 127, 128, 16_383, 16_384, 40_000]
-    for rowid, size in enumerate(sizes, start=1):
-        conn.execute(
-            "INSERT INTO docs_fts (rowid, content, ngrams) VALUES (?, ?, ?)",
-            (rowid, " ".join(["w"] * size), "g " * (size % 7)),
-        )
-        conn.execute("INSERT INTO eligible VALUES (?)", (rowid,))
-    for fragment, ngrams in ((q.SCOPE_STATS_WORDS, None), (q.SCOPE_STATS_GRAMS, 3.0)):
-        n, avgdl, avgnl = conn.execute(
-            "WITH" + fragment + " SELECT n, avgdl, avgnl FROM scope_stats"  # noqa: S608 - constants
-        ).fetchall()[0]
-        assert (n, avgdl) == (len(sizes), sum(sizes) / len(sizes))
-        expected = sum(size % 7 for size in sizes) / len(sizes) if ngrams else 1.0
-        assert avgnl == pytest.approx(expected)
 
 
 def test_index_terms_are_stems_each_once(checker: Fts5Checker) -> None:

@@ -7,8 +7,16 @@ from pathlib import Path
 import apsw
 
 from service.embeddings.base import EmbeddingIdentity
+from service.projects.lexical import script_ngrams
+from service.store.lengths import content_length, ngram_length
 from service.store.sqlite.connection import connect
-from service.store.sqlite.schema import MIGRATIONS, migrate, prepare_vector_index
+from service.store.sqlite.schema import (
+    CREATE_MIGRATIONS_TABLE,
+    INSERT_VERSION,
+    MIGRATIONS,
+    migrate,
+    prepare_vector_index,
+)
 
 SMALL = EmbeddingIdentity("m", 4)
 LARGE = EmbeddingIdentity("m", 8)
@@ -58,3 +66,30 @@ def test_opening_without_the_extension_marks_the_vec_table_stale(tmp_path: Path)
     index = prepare_vector_index(conn, SMALL, support.loaded)
     assert index.usable
     assert conn.execute("SELECT stale FROM vector_index").fetchall() == [(0,)]
+
+
+def test_stored_lengths_are_backfilled_for_documents_written_before_them(tmp_path: Path) -> None:
+    """A database of schema version 2 gets each document's BM25 lengths, as written now."""
+    conn, _ = connect(tmp_path / "db", True, reader=False)
+    conn.execute(CREATE_MIGRATIONS_TABLE)
+    for version, name, steps in MIGRATIONS[:2]:
+        for step in steps:
+            assert isinstance(step, str)
+            conn.execute(step)
+        conn.execute(INSERT_VERSION, (version, name, 0))
+    conn.execute("INSERT INTO projects VALUES (1, 't', 'p', 'p', 0)")
+    title, path, body = "Deploy freeze", "ops/runbook.md", "The freeze starts on Friday. 東京の会議"
+    conn.execute(
+        "INSERT INTO documents (id, project_id, kind, row_id, title, path, body, category,"
+        " note_type, note_type_key, metadata, created_at, updated_at, content_hash)"
+        " VALUES (7, 1, 'note', 'a', ?, ?, ?, '', '', '', '{}', 0, 0, 'h')",
+        (title, path, body),
+    )
+    assert migrate(conn) == [3]
+    stored = conn.execute("SELECT doc_len, ngram_len FROM documents WHERE id = 7").fetchall()
+    expected = (content_length(title, path, body), ngram_length(script_ngrams(f"{title} {body}")))
+    assert stored == [expected]
+    # deploy freeze | ops runbook md (path) | ops runbook md (its parts) | freeze starts
+    # friday 東京の会議 (body; "the" and "on" are stopwords)
+    assert expected[0] == 12
+    assert expected[1] > 0

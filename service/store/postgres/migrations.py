@@ -14,14 +14,15 @@ from dataclasses import dataclass
 import asyncpg
 
 from service.embeddings.base import EmbeddingIdentity
+from service.store.lengths import INDEXED_BODY_CHARS, INDEXED_NGRAM_CHARS
 
 # pg_advisory_xact_lock key shared by every replica: "search-service schema" as a bigint.
 MIGRATION_LOCK_KEY = 0x5EA2C4_5C4E3A
 # Words of a document body beyond this many characters are not in its tsvector: a tsvector
 # holds at most 1 MiB, and 100,000 characters stay below that even for 4-byte characters
 # (lexemes <= 400 KB, entries and positions <= 300 KB). Chunks still carry the full text.
-FTS_BODY_CHARS = 100_000
-FTS_NGRAM_CHARS = 100_000
+FTS_BODY_CHARS = INDEXED_BODY_CHARS
+FTS_NGRAM_CHARS = INDEXED_NGRAM_CHARS
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
 

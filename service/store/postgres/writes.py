@@ -18,7 +18,8 @@ from pgvector import Vector
 from service import errors
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import ChunkInput, DocKey, DocumentWrite, Outcome, project_not_found
-from service.store.postgres.codecs import clean_text, lexeme_count, metadata_json, utc
+from service.store.lengths import content_length, ngram_length
+from service.store.postgres.codecs import clean_text, metadata_json, utc
 from service.store.postgres.migrations import FTS_BODY_CHARS, FTS_NGRAM_CHARS
 from service.store.postgres.pool import Conn
 
@@ -68,7 +69,6 @@ CROSS JOIN LATERAL (
            to_tsvector('simple', left(t.ngrams, {FTS_NGRAM_CHARS})) AS ngram_fts
 ) AS v
 WHERE p.project_id = $1 AND p.tenant = $16"""  # noqa: S608 - only constant fragments are interpolated
-_PATH_WORDS = str.maketrans("/._-", "    ")
 CHUNK_COLUMNS = ("project_id", "kind", "row_id", "chunk_index", "text", "source_hash")
 VECTOR_COLUMNS = (
     "project_id",
@@ -188,8 +188,6 @@ def _batch(project_id: int, writes: Sequence[DocumentWrite]) -> _Batch:
         title, path, body, ngrams = (
             clean_text(x) for x in (doc.title, doc.path, doc.body, doc.ngrams)
         )
-        # The same text INSERT_DOCUMENTS indexes (path words are split on / . _ -).
-        indexed = f"{title} {path} {path.translate(_PATH_WORDS)} {body[:FTS_BODY_CHARS]}"
         values = (
             doc.kind,
             doc.row_id,
@@ -203,8 +201,8 @@ def _batch(project_id: int, writes: Sequence[DocumentWrite]) -> _Batch:
             utc(doc.updated_at),
             doc.content_hash,
             ngrams,
-            lexeme_count(indexed),
-            len(ngrams[:FTS_NGRAM_CHARS].split()),
+            content_length(title, path, body),
+            ngram_length(ngrams),
         )
         for column, value in zip(batch.columns, values, strict=True):
             column.append(value)

@@ -1,5 +1,5 @@
 """FTS5 helpers: syntax checks on a private in-memory table, query stemming, and what the
-BM25 fragments read on each connection (`temp.docs_fts_instance`, `search_column_size`)."""
+BM25 fragments read on each connection (`temp.docs_fts_instance`, `search_contains_all`)."""
 
 from __future__ import annotations
 
@@ -29,25 +29,11 @@ _CACHE_LIMIT = 4096
 _REGISTERED: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
 
 
-def _column_size(*args: apsw.SQLiteValue) -> int:
-    """Token count of column `args[1]` from an FTS5 docsize blob `args[0]` (a varint each)."""
-    sizes, column = args
-    value, index = 0, 0
-    for byte in sizes if isinstance(sizes, bytes) else b"":
-        value = (value << 7) | (byte & 0x7F)
-        if byte < 0x80:
-            if index == column:
-                return value
-            value, index = 0, index + 1
-    return 0
-
-
 def register_functions(conn: apsw.Connection) -> None:
-    """Make the search statement's functions (BM25 column sizes, `contains_all`) available
+    """Make the search statement's index view and function (`contains_all`) available
     on `conn` (once per connection)."""
     if conn in _REGISTERED:
         return
-    conn.create_scalar_function("search_column_size", _column_size, 2, deterministic=True)
     conn.create_scalar_function("search_contains_all", contains_all, 2, deterministic=True)
     # Once per connection, not per search: kept out of the statement hooks, which count a
     # search's statements.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import apsw
 
 from service.embeddings.base import EmbeddingIdentity
+from service.store.lengths import content_length, ngram_length
 from service.store.sqlite.values import immediate
 
 # Design notes:
@@ -18,7 +21,32 @@ from service.store.sqlite.values import immediate
 # - docs_fts is contentless (content=''): bodies live once, in documents; rowid = documents.id.
 # - vectors holds every embedding (any identity; authoritative, used by the exact scan);
 #   vec_chunks (vec0) mirrors the ready vectors of one identity for the KNN path.
-MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+Step = str | Callable[[apsw.Connection], None]
+
+
+def _backfill_lengths(conn: apsw.Connection) -> None:
+    """Migration 3: the stored BM25 lengths of every existing document (service.store.lengths;
+    the n-grams are derived from title and body, as at indexing time)."""
+    from service.projects.lexical import script_ngrams
+
+    last = 0
+    while True:  # in batches: bodies are read into memory
+        rows = conn.execute(
+            "SELECT id, title, path, body FROM documents WHERE id > ? ORDER BY id LIMIT 500",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return
+        lengths = []
+        for doc_id, title, path, body in rows:
+            title, path, body = str(title), str(path), str(body)
+            ngrams = script_ngrams(f"{title} {body}")
+            lengths.append((content_length(title, path, body), ngram_length(ngrams), doc_id))
+        conn.executemany("UPDATE documents SET doc_len = ?, ngram_len = ? WHERE id = ?", lengths)
+        last = cast(int, rows[-1][0])
+
+
+MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
     (
         1,
         "projects, documents, chunks, vectors, fts, accounts",
@@ -106,6 +134,15 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        3,
+        "stored bm25 lengths",
+        (
+            "ALTER TABLE documents ADD COLUMN doc_len INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE documents ADD COLUMN ngram_len INTEGER NOT NULL DEFAULT 0",
+            _backfill_lengths,
+        ),
+    ),
 )
 
 CREATE_MIGRATIONS_TABLE = """
@@ -149,8 +186,11 @@ def migrate(conn: apsw.Connection) -> list[int]:
         for version, name, statements in MIGRATIONS:
             if version in done:
                 continue
-            for statement in statements:
-                conn.execute(statement)
+            for step in statements:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
             conn.execute(INSERT_VERSION, (version, name, time.time_ns() // 1000))
             applied.append(version)
     return applied

@@ -86,9 +86,7 @@ def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = F
         "bm25_k1": float(plan.bm25_k1),
         "bm25_b": float(plan.bm25_b),
     }
-    grams = any(column == NGRAMS_COLUMN for _, _, column, _ in terms)
-    stats = q.SCOPE_STATS_GRAMS if grams else q.SCOPE_STATS_WORDS
-    bm25 = q.BM25.format(scope_stats=stats.strip(), content_size=q.CONTENT_SIZE)
+    bm25 = q.BM25
     if strict_ok and relaxed_ok:
         bindings["fts_query"] = str(strict)
         if any(term[3] for term in terms):

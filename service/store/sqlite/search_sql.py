@@ -19,7 +19,7 @@ from __future__ import annotations
 
 ELIGIBLE = """
 eligible AS MATERIALIZED (
-    SELECT d.id AS doc_id, d.project_id, d.kind, d.row_id
+    SELECT d.id AS doc_id, d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len
     FROM projects AS p
     JOIN documents AS d ON d.project_id = p.project_id
     WHERE p.tenant = :tenant
@@ -58,8 +58,8 @@ fts_loose AS (SELECT 0 AS doc_id WHERE 0)"""
 # per occurrence): `:score_terms` lists `[stem, prefix, column, relaxed]` per query term. A prefix
 # term's tf is its exact stem's count, or 1 when only longer terms occur, as on PostgreSQL
 # (whose tsvector cannot list the longer lexemes cheaply). CROSS JOIN keeps the terms outer,
-# so each is a range lookup in the index. df, N and the average column sizes are counted over
-# the eligible scope (docsize: FTS5's per-row token counts).
+# so each is a range lookup in the index. df, N and the mean lengths are counted over the
+# eligible scope; lengths are the ones both stores store at write time (service.store.lengths).
 BM25 = """
 query_terms AS MATERIALIZED (
     SELECT CAST(key AS INTEGER) AS term, value ->> 0 AS stem, value ->> 1 AS prefix,
@@ -77,48 +77,24 @@ term_tf AS MATERIALIZED (
     GROUP BY t.term, i.doc
 ),
 term_df AS MATERIALIZED (SELECT term, COUNT(*) AS df FROM term_tf GROUP BY term),
-{scope_stats},
+scope_stats AS MATERIALIZED (
+    SELECT COUNT(*) AS n, COALESCE(NULLIF(AVG(doc_len), 0), 1.0) AS avgdl,
+           COALESCE(NULLIF(AVG(ngram_len), 0), 1.0) AS avgnl
+    FROM eligible
+),
 bm25 AS MATERIALIZED (
     SELECT t.doc_id,
            SUM(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
                / (t.tf + :bm25_k1 * (1.0 - :bm25_b + :bm25_b
-                   * CASE WHEN t.col = 'content' THEN {content_size}
-                          ELSE search_column_size(z.sz, 1) END
-                   / CASE WHEN t.col = 'content' THEN s.avgdl ELSE s.avgnl END)))
+                   * CASE WHEN t.col = 'content' THEN z.doc_len / s.avgdl
+                          ELSE z.ngram_len / s.avgnl END)))
                AS fts_score
     FROM term_tf AS t
     JOIN term_df AS d ON d.term = t.term
-    JOIN docs_fts_docsize AS z ON z.id = t.doc_id
+    JOIN documents AS z ON z.id = t.doc_id
     CROSS JOIN scope_stats AS s
     GROUP BY t.doc_id
 )"""
-# Scope statistics: N and the mean token count of each column over the eligible rows, read
-# from FTS5's docsize table (one big-endian varint per column). The content column's varint
-# is decoded in SQL (up to 2^21 tokens: `instr` of one byte in a table of all 256 bytes is
-# its value); queries with gram terms also need the second one, decoded by
-# `search_column_size` (a Python function, ~1 us a row).
-_BYTE_TABLE = "X'" + bytes(range(256)).hex().upper() + "'"
-
-
-def _byte(i: int) -> str:
-    return f"(instr({_BYTE_TABLE}, substr(z.sz, {i}, 1)) - 1)"
-
-
-CONTENT_SIZE = f"""(CASE WHEN {_byte(1)} < 128 THEN {_byte(1)}
-                WHEN {_byte(2)} < 128 THEN ({_byte(1)} - 128) * 128 + {_byte(2)}
-                ELSE (({_byte(1)} - 128) * 128 + {_byte(2)} - 128) * 128 + {_byte(3)} END)"""
-SCOPE_STATS_WORDS = f"""
-scope_stats AS MATERIALIZED (
-    SELECT COUNT(*) AS n, COALESCE(NULLIF(AVG({CONTENT_SIZE}), 0), 1.0) AS avgdl, 1.0 AS avgnl
-    FROM eligible AS e JOIN docs_fts_docsize AS z ON z.id = e.doc_id
-)"""  # noqa: S608 - only constant fragments are interpolated
-SCOPE_STATS_GRAMS = f"""
-scope_stats AS MATERIALIZED (
-    SELECT COUNT(*) AS n,
-           COALESCE(NULLIF(AVG({CONTENT_SIZE}), 0), 1.0) AS avgdl,
-           COALESCE(NULLIF(AVG(search_column_size(z.sz, 1)), 0), 1.0) AS avgnl
-    FROM eligible AS e JOIN docs_fts_docsize AS z ON z.id = e.doc_id
-)"""  # noqa: S608 - only constant fragments are interpolated
 # Relaxation is tiered and decided over the whole scope: rows matching every word (tier 1)
 # rank first, then rows matching only some of the words (tier 0), each tier by BM25.
 # (IN, not LEFT JOIN: SQLite would scan bm25 once per member.) A member holding no scoring

@@ -16,6 +16,7 @@ from service.store.base import (
     ProjectRecord,
     project_not_found,
 )
+from service.store.lengths import content_length, ngram_length
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import (
     dump_json,
@@ -67,16 +68,17 @@ WHERE p.project_id = :project_id AND p.tenant = :tenant
 INSERT_DOCUMENT = """
 INSERT INTO documents (
     project_id, kind, row_id, title, path, body, category, note_type, note_type_key,
-    metadata, created_at, updated_at, content_hash
+    metadata, created_at, updated_at, content_hash, doc_len, ngram_len
 )
 SELECT p.project_id, :kind, :row_id, :title, :path, :body, :category, :note_type,
-       :note_type_key, :metadata, :created_at, :updated_at, :content_hash
+       :note_type_key, :metadata, :created_at, :updated_at, :content_hash, :doc_len, :ngram_len
 FROM projects AS p WHERE p.project_id = :project_id AND p.tenant = :tenant
 """
 UPDATE_DOCUMENT = f"""
 UPDATE documents SET title = :title, path = :path, body = :body, category = :category,
     note_type = :note_type, note_type_key = :note_type_key, metadata = :metadata,
-    created_at = :created_at, updated_at = :updated_at, content_hash = :content_hash
+    created_at = :created_at, updated_at = :updated_at, content_hash = :content_hash,
+    doc_len = :doc_len, ngram_len = :ngram_len
 WHERE id = :doc_id AND project_id = :project_id AND {OWNED}
 """  # noqa: S608 - only constant fragments are interpolated
 DELETE_DOCUMENT = f"""
@@ -249,6 +251,8 @@ def _write_one(
         "metadata": dump_json(dict(doc.metadata)),
         "updated_at": to_micros(doc.updated_at) if doc.updated_at else now,
         "content_hash": doc.content_hash,
+        "doc_len": content_length(doc.title, doc.path, doc.body),
+        "ngram_len": ngram_length(doc.ngrams),
     }
     if doc_id is None:
         created = to_micros(doc.created_at) if doc.created_at else now
