@@ -56,7 +56,13 @@ def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[tuple[str, boo
     if lexical is None:
         return []
     # A hand-built query without scoring words scores its positive terms as exact words.
-    words = checker.index_terms(lexical.score_words or [(t, False) for t in lexical.terms])
+    pairs = checker.index_terms(lexical.score_words or [(t, False) for t in lexical.terms])
+    # One term per stem, a prefix when any of its occurrences is (as PostgreSQL groups them):
+    # a phrase word that is also a relaxed prefix word is scored once, not twice.
+    merged: dict[str, bool] = {}
+    for stem, prefix in pairs:
+        merged[stem] = merged.get(stem, False) or prefix
+    words = list(merged.items())
     grams = checker.index_terms([(gram, False) for gram in lexical.score_grams])
     stems = [checker.stems(word, RELAXED_PREFIX) for word in lexical.relaxed_words]
     loose = set()
