@@ -95,7 +95,10 @@ def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = F
     bm25 = q.BM25
     if strict_ok and relaxed_ok:
         bindings["fts_query"] = str(strict)
-        if any(term[3] for term in terms):
+        if all(term[3] for term in terms):
+            # Every document holding a term is a strict or a relaxed match.
+            ctes = (q.FTS_STRICT, bm25, q.FTS_TIERED_FROM_BM25)
+        elif any(term[3] for term in terms):
             # The relaxed matches are read off the term frequencies: no second MATCH.
             ctes = (q.FTS_STRICT, bm25, q.FTS_LOOSE_FROM_TERMS, q.FTS_TIERED)
         else:

@@ -111,6 +111,13 @@ fts AS MATERIALIZED (
     UNION ALL
     SELECT doc_id, 0.0, 0 FROM fts_loose WHERE doc_id NOT IN (SELECT doc_id FROM bm25)
 )"""
+# When every scoring term is a relaxed-form term, the documents holding one of them are
+# exactly the strict and the relaxed matches: the tiers are read off `bm25` in one pass
+# (17-25% of a natural-language statement over 20k documents went into the four arms above).
+FTS_TIERED_FROM_BM25 = """
+fts AS MATERIALIZED (
+    SELECT doc_id, fts_score, doc_id IN (SELECT doc_id FROM fts_strict) AS tier FROM bm25
+)"""
 FTS_ALL = """
 fts AS (SELECT doc_id, 0.0 AS fts_score, 1 AS tier FROM eligible)"""
 FTS_NONE = """
