@@ -8,7 +8,7 @@ import pytest
 
 from service import errors
 from service.store.base import Filters, MetadataCondition
-from service.store.sqlite.filters import contains_all, filter_sql, json_path
+from service.store.sqlite.filters import contains_all, filter_sql, json_path, metadata_in
 
 
 def test_json_path_quotes_every_segment() -> None:
@@ -104,3 +104,27 @@ def test_note_types_are_lower_cased() -> None:
 def test_malformed_conditions_are_invalid_arguments(condition: MetadataCondition) -> None:
     with pytest.raises(errors.InvalidArgument):
         filter_sql(Filters(metadata=(condition,)))
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "value", "wanted", "found"),
+    [
+        ("open", "text", "open", '["closed", "open"]', True),
+        ("open", "text", "open", '["closed"]', False),
+        ("2", "integer", 2, "[2.0]", True),
+        ("2", "integer", 2, '["2"]', True),
+        ("2.5", "real", 2.5, "[2]", False),
+        ("true", "true", 1, "[true]", True),
+        ("true", "true", 1, '["true"]', True),
+        ("true", "true", 1, "[1]", False),
+        ("false", "false", 0, "[true]", False),
+        ("1", "integer", 1, "[true]", False),
+        (None, "null", None, '["null"]', False),
+        (None, "array", '["a"]', '["a"]', False),
+        (None, None, None, '["a"]', False),
+    ],
+)
+def test_in_matches_with_the_rules_of_eq(
+    text: str | None, kind: str | None, value: object, wanted: str, found: bool
+) -> None:
+    assert metadata_in(text, kind, value, wanted) is found

@@ -14,6 +14,8 @@ Metadata semantics (the acceptance suite pins them for both backends):
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import apsw
@@ -48,6 +50,18 @@ EQ_TEXT = (
 )
 EQ_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} = :{{v}})"
 EQ_BOOL = f"({_TYPE} = :{{v}})"
+_TEXT_FORM = (
+    "CASE json_type(d.metadata, :{p}) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
+    "WHEN 'text' THEN json_extract(d.metadata, :{p}) "
+    "WHEN 'integer' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) "
+    "WHEN 'real' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) END"
+)
+# `in`: one call per row whatever the number of values (as many `eq` cases made a statement
+# of 2,000 CASE expressions at the request limit: seconds to prepare it).
+IN_ANY = (
+    f"search_metadata_in({_TEXT_FORM}, json_type(d.metadata, :{{p}}), "
+    "json_extract(d.metadata, :{p}), :{v})"
+)
 CONTAINS = (
     "(json_type(d.metadata, :{p}) = 'array' "
     "AND search_contains_all(json_extract(d.metadata, :{p}), :{v}))"
@@ -122,8 +136,8 @@ def _metadata(condition: MetadataCondition, name: str, bindings: Bindings) -> st
     if op == "eq":
         return _equals(p, f"{name}_0", values[0], bindings)
     if op == "in":
-        alternatives = [_equals(p, f"{name}_{j}", v, bindings) for j, v in enumerate(values)]
-        return "(" + " OR ".join(alternatives) + ")"
+        bindings[f"{name}_any"] = json.dumps(list(values))
+        return IN_ANY.format(p=p, v=f"{name}_any")
     if op == "contains_all":
         bindings[f"{name}_all"] = json.dumps(list(values))
         return CONTAINS.format(p=p, v=f"{name}_all")
@@ -142,6 +156,38 @@ def _equals(p: str, v: str, value: str | float | bool, bindings: Bindings) -> st
     return (EQ_TEXT if isinstance(value, str) else EQ_NUMBER).format(p=p, v=v)
 
 
+@dataclass(frozen=True)
+class _Operands:
+    texts: frozenset[str]
+    numbers: frozenset[float]
+    flags: frozenset[bool]
+
+
+@lru_cache(maxsize=256)
+def _operands(wanted: str) -> _Operands:
+    values = json.loads(wanted)
+    return _Operands(
+        frozenset(v for v in values if isinstance(v, str)),
+        frozenset(v for v in values if _is_number(v)),
+        frozenset(v for v in values if isinstance(v, bool)),
+    )
+
+
+def metadata_in(*args: apsw.SQLiteValue) -> bool:
+    """`search_metadata_in(text, type, value, operands)`: the stored value (its JSON text,
+    JSON type and SQL value) equals one operand, with `eq`'s rules: a string operand its
+    JSON text, a number operand a stored number numerically, a boolean the same boolean."""
+    text, kind, value, wanted = args
+    if not isinstance(wanted, str):
+        return False
+    operands = _operands(wanted)
+    if kind in ("true", "false"):
+        return (kind == "true") in operands.flags or text in operands.texts
+    if kind in ("integer", "real"):
+        return value in operands.numbers or text in operands.texts
+    return isinstance(text, str) and text in operands.texts
+
+
 def contains_all(*args: apsw.SQLiteValue) -> bool:
     """`search_contains_all(array, operands)`: every operand (JSON) has an equal element
     in `array` (the stored JSON array's text): a string an equal string, a number an equal
@@ -150,19 +196,11 @@ def contains_all(*args: apsw.SQLiteValue) -> bool:
     if not isinstance(stored, str) or not isinstance(wanted, str):
         return False
     elements = json.loads(stored)
+    operands = _operands(wanted)
     texts = {e for e in elements if isinstance(e, str)}
     numbers = {e for e in elements if _is_number(e)}
     flags = {e for e in elements if isinstance(e, bool)}
-    for operand in json.loads(wanted):
-        if isinstance(operand, bool):
-            found = operand in flags
-        elif isinstance(operand, str):
-            found = operand in texts
-        else:
-            found = operand in numbers
-        if not found:
-            return False
-    return True
+    return operands.texts <= texts and operands.flags <= flags and operands.numbers <= numbers
 
 
 def _compare(p: str, v: str, op: str, value: str | float | bool, bindings: Bindings) -> str:

@@ -1,5 +1,5 @@
 """FTS5 helpers: syntax checks on a private in-memory table, query stemming, and what the
-BM25 fragments read on each connection (`temp.docs_fts_instance`, `search_contains_all`)."""
+BM25 fragments read on each connection (`temp.docs_fts_instance`, metadata functions)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import cast
 
 import apsw
 
-from service.store.sqlite.filters import contains_all
+from service.store.sqlite.filters import contains_all, metadata_in
 
 TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))
 CREATE_PROBE = """
@@ -30,11 +30,12 @@ _REGISTERED: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
 
 
 def register_functions(conn: apsw.Connection) -> None:
-    """Make the search statement's index view and function (`contains_all`) available
+    """Make the search statement's index view and functions (`contains_all`, `in`) available
     on `conn` (once per connection)."""
     if conn in _REGISTERED:
         return
     conn.create_scalar_function("search_contains_all", contains_all, 2, deterministic=True)
+    conn.create_scalar_function("search_metadata_in", metadata_in, 4, deterministic=True)
     # Once per connection, not per search: kept out of the statement hooks, which count a
     # search's statements.
     tracer, conn.exec_trace = conn.exec_trace, None

@@ -95,6 +95,7 @@ def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = F
     bm25 = q.BM25
     if strict_ok and relaxed_ok:
         bindings["fts_query"] = str(strict)
+        ctes: tuple[str, ...]
         if all(term[3] for term in terms):
             # Every document holding a term is a strict or a relaxed match.
             ctes = (q.FTS_STRICT, bm25, q.FTS_TIERED_FROM_BM25)
