@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks.reliability import results
 from tests.support.reliability.abuse import rows_summary, store_cases
+from tests.support.reliability.abuse_store import write_cases
 from tests.support.reliability.abuse_workspace import MEMO_ANSWER_BYTES, workspace_cases
 from tests.support.reliability.faults import faults_scenario
 from tests.support.reliability.load import load_scenario
@@ -43,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--streams", type=int, default=256, help="never-read streams (abuse)")
     parser.add_argument("--memo-projects", type=int, default=60,
                         help="distinct GitLab projects (abuse)")
+    parser.add_argument("--upsert-documents", type=int, default=20_000,
+                        help="documents already in the project a batch goes into (abuse)")
+    parser.add_argument("--delete-rounds", type=int, default=15,
+                        help="DeleteProject rounds beside concurrent writes (abuse)")
     parser.add_argument("--stores", default="sqlite,postgres", help="stores (abuse)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (harness check)")
     parser.add_argument("--out", default="", help="results file (default: results.json here; "
@@ -58,7 +63,8 @@ def _command(args: argparse.Namespace, name: str) -> str:
         extra += f" --concurrency {args.concurrency} --seconds {args.seconds:g}"
     elif name == "abuse":
         extra += (f" --streams {args.streams} --memo-projects {args.memo_projects}"
-                  f" --stores {args.stores}")
+                  f" --upsert-documents {args.upsert_documents}"
+                  f" --delete-rounds {args.delete_rounds} --stores {args.stores}")
     else:
         extra += f" --down {args.down:g} --deadline {args.deadline:g}"
     return f"python -m benchmarks.reliability {name}{extra}"
@@ -122,6 +128,9 @@ async def run_abuse(args: argparse.Namespace, workdir: Path) -> Outcome:
         for store in stores:
             env = {"SEARCH_DATABASE_URL": dsn} if store == "postgres" else {}
             rows += await store_cases(workdir, store, env, streams)
+            rows += await write_cases(
+                workdir, store, env, documents=2000 if args.smoke else args.upsert_documents,
+                rounds=3 if args.smoke else args.delete_rounds)
     rows += await workspace_cases(workdir, projects=4 if args.smoke else args.memo_projects,
                                   answer_bytes=MEMO_ANSWER_BYTES)
     return rows_summary(rows), {f"{row.case} ({row.store}): {row.promise}": row.held

@@ -3,7 +3,9 @@
 Each case reuses its integration test's helpers (tests/integration/test_costly_query.py,
 test_slow_readers.py, test_big_responses.py, test_nul_strings.py) and gives one row: what
 was measured, the promise and whether it held. The workspace cases (the memo, hostile
-provider numbers) are in abuse_workspace.py; `abuse_scenario` runs them all.
+provider numbers) are in abuse_workspace.py, the write and plan cases (upsert cost,
+DeleteProject beside writes, every filter at its limit) in abuse_store.py;
+`python -m benchmarks.reliability abuse` runs them all.
 """
 
 from __future__ import annotations
