@@ -114,8 +114,15 @@ class Call:
         try:
             await self._open_limits(by_account)
             async with asyncio.TaskGroup() as group:
-                for account_runs in by_account.values():
-                    group.create_task(self._account(account_runs, queue))
+                if len(by_account) <= self._settings.account_concurrency:
+                    # The gate could never make an account wait (fetches of a call do not
+                    # overlap): a task per query, without a task and a group per account.
+                    for account_runs in by_account.values():
+                        for run in account_runs:
+                            group.create_task(self._one(run, queue))
+                else:
+                    for account_runs in by_account.values():
+                        group.create_task(self._account(account_runs, queue))
         finally:
             queue.put_nowait(None)
 

@@ -7,7 +7,8 @@ import functools
 import hashlib
 import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from service.ranking import rrf
@@ -103,9 +104,12 @@ def preview(content: str, text: str, size: int = PREVIEW_CHARS) -> str:
     return content[start : start + size]
 
 
-@dataclass(frozen=True)
-class Vote:
-    """A result seen for the first time in a list: its fused identity, rank and document."""
+class Vote(NamedTuple):
+    """A result seen for the first time in a list: its fused identity, rank and document.
+
+    A named tuple, not a frozen dataclass: one is made per result read (hundreds per call),
+    and a tuple is made in a fifth of the time.
+    """
 
     key: str  # result id
     short: str

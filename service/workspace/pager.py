@@ -92,8 +92,8 @@ class Pager:
             resumes = [run.resume(self._fusion.emitted) for run in self._runs]
             done = not self._fusion.candidates() and all(r.exhausted for r in resumes)
             token = "" if done else self._page_token(resumes)
-            for run in self._runs:
-                status = self._status(run)
+            for run, resume in zip(self._runs, resumes, strict=True):
+                status = self._status(run, resume)
                 if self._changed(run, status):
                     yield status
             yield self._page(page, token, best_effort)
@@ -216,10 +216,10 @@ class Pager:
             log.warning("page token does not fit even without emitted ids; paging stops here")
         return token
 
-    def _cursor(self, run: ListRun) -> str:
-        """The list's signed cursor (signed again only when its resume state moved)."""
-        emitted = self._fusion.emitted
-        state = replace(run.resume(emitted), seen=run.own_emitted(emitted))
+    def _cursor(self, run: ListRun, resume: ListState) -> str:
+        """The list's signed cursor (signed again only when its resume state moved);
+        `resume` is `run.resume` of the ids emitted so far."""
+        state = replace(resume, seen=run.own_emitted(self._fusion.emitted))
         known = self._cursors.get(run.slot.index)
         if known is not None and known[0] == state:
             return known[1]
@@ -234,7 +234,7 @@ class Pager:
         self._cursors[run.slot.index] = (state, cursor)
         return cursor
 
-    def _status(self, run: ListRun) -> QueryStatus:
+    def _status(self, run: ListRun, resume: ListState) -> QueryStatus:
         slot = run.slot
         return QueryStatus(
             query_index=slot.query_index,
@@ -247,7 +247,7 @@ class Pager:
             total=run.total,
             total_is_exact=run.total_is_exact,
             result_count=run.contributed,
-            next_cursor=self._cursor(run),
+            next_cursor=self._cursor(run, resume),
             page_number=self._page_number,
         )
 

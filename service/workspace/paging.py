@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -173,12 +174,22 @@ def cursor_binding(
     project: str,
 ) -> str:
     """What a per-query cursor is bound to."""
-    bounds = [
+    return _cursor_binding(
+        tenant, provider.value, account_id, text, kind.value if kind else None,
         time_range.start.isoformat() if time_range.start else None,
         time_range.end.isoformat() if time_range.end else None,
-    ]
-    kind_value = kind.value if kind else None
-    return fingerprint(CURSOR_KIND, tenant, provider.value, account_id, text, kind_value, bounds,
+        project,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _cursor_binding(
+    tenant: str, provider: str, account_id: str, text: str, kind: str | None, start: str | None,
+    end: str | None, project: str,
+) -> str:
+    """cursor_binding of the wire spellings (cached: the same queries come back call after
+    call, and each costs a canonical JSON dump and a digest)."""
+    return fingerprint(CURSOR_KIND, tenant, provider, account_id, text, kind, [start, end],
                        project)
 
 

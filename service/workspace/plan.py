@@ -252,9 +252,11 @@ def _load(item: _Checked, earlier: Sequence[_Checked]) -> int:
 
 def _cross_checks(checked: Sequence[_Checked], limits: Limits, violations: _Violations) -> None:
     """Duplicates, one query per kind (GitHub, GitLab) and the per-account cap, left to right."""
-    accepted: list[_Checked] = []
+    # Queries of different providers never overlap: each is checked against its provider's.
+    by_provider: dict[ProviderId, list[_Checked]] = {}
     for item in checked:
         i = item.index
+        accepted = by_provider.setdefault(item.provider, [])
         if any(o.same_as == item.same_as and _overlaps(item, o) for o in accepted):
             violations.add(
                 i, f"queries[{i}]",

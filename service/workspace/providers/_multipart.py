@@ -96,10 +96,13 @@ def parse_batch(content_type: str, body: bytes) -> list[BatchPart]:
     boundary = boundary_of(content_type)
     if not boundary:
         raise failed("Gmail batch answer is not multipart")
-    delimiter = re.compile(rb"\r?\n--" + re.escape(boundary.encode("latin-1")))
-    pieces = delimiter.split(b"\r\n" + body)
+    # Split at "\n--boundary" and drop the CR of a CRLF before it: what splitting at
+    # r"\r?\n--boundary" gives, without compiling a pattern for every (random) boundary.
+    pieces = (b"\r\n" + body).split(b"\n--" + boundary.encode("latin-1"))
+    last = len(pieces) - 1
     parts: list[BatchPart] = []
-    for piece in pieces[1:]:  # pieces[0] is the preamble
+    for number, raw in enumerate(pieces[1:], start=1):  # pieces[0] is the preamble
+        piece = raw.removesuffix(b"\r") if number < last else raw  # the next delimiter's CR
         if piece.startswith(b"--"):
             break  # the close delimiter; the rest is epilogue
         _, _, content = piece.partition(b"\n")  # the rest of the delimiter line

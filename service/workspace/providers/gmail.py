@@ -26,6 +26,7 @@ link is also its fusion identity, and depends only on the account and the messag
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import json
 import math
@@ -142,8 +143,11 @@ def detail_request(message_id: str) -> tuple[str, dict[str, str | list[str]]]:
 
 def detail_target(message_id: str) -> str:
     """The path and query of one `messages.get` call inside a batch."""
-    path, params = detail_request(message_id)
-    return f"{path}?{urlencode(params, doseq=True, quote_via=quote)}"
+    return f"{LIST_PATH}/{quote(message_id, safe='')}?{_DETAIL_QUERY}"
+
+
+# The query of `detail_request`, the same for every message: encoded once.
+_DETAIL_QUERY = urlencode(detail_request("")[1], doseq=True, quote_via=quote)
 
 
 # ---- part outcomes --------------------------------------------------------------------------
@@ -267,8 +271,14 @@ async def mailbox_address(http: HttpClient) -> str:
 
 def message_url(message_id: str, address: str) -> str:
     """The Gmail web link of a message in the account searched (also its fusion identity)."""
-    account = quote(address, safe="@")
+    account = _quoted_address(address)
     return f"https://mail.google.com/mail/?authuser={account}#all/{quote(message_id, safe='')}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted_address(address: str) -> str:
+    """The `authuser` value of an address (the same for every message of an account)."""
+    return quote(address, safe="@")
 
 
 def stub(message_id: str, address: str) -> NativeDocument:
