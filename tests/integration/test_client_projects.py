@@ -16,6 +16,7 @@ from search_client import (
     Document,
     DocumentKey,
     DocumentOutcome,
+    HybridFusion,
     InvalidArgumentError,
     MatchedChunk,
     MetadataFilter,
@@ -129,6 +130,30 @@ async def test_paging_across_calls_equals_one_big_page(client: AsyncSearchClient
     )]
     assert resumed[0].page_number == 2
     assert resumed[0].results == pages[1].results
+
+
+async def test_hybrid_fusion_and_rrf_k_reach_the_server(client: AsyncSearchClient) -> None:
+    project = await client.create_project("fusion")
+    await client.upsert_documents(project.project_id, CORPUS)
+    ids, text = [project.project_id], "where are stars born"
+
+    async def top(**options: object) -> tuple[str, float]:
+        page = await anext(client.search_projects(
+            ids, text, mode=SearchMode.HYBRID, page_size=3, **options  # type: ignore[arg-type]
+        ))
+        return page.score_version, page.results[0].scores.score
+
+    default_version, default_score = await top()
+    rrf_version, rrf_score = await top(fusion=HybridFusion.RRF)
+    assert (rrf_version, rrf_score) == (default_version, default_score)
+    assert default_score <= 2 / 61 + 1e-12  # sum of 1 / (60 + rank) over two channels
+    _, sharp = await top(rrf_k=1)
+    assert sharp > 2 / 61
+    max_min_version, _ = await top(fusion=HybridFusion.MAX_MIN)
+    assert max_min_version != default_version
+    with pytest.raises(InvalidArgumentError) as caught:
+        await top(rrf_k=10_001)
+    assert [v.field for v in caught.value.field_violations] == ["rrf_k"]
 
 
 async def test_hybrid_results_are_typed_and_filters_apply(client: AsyncSearchClient) -> None:

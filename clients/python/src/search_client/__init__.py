@@ -17,6 +17,7 @@ from search_client._async_client import AsyncSearchClient
 from search_client._enums import (
     AccountState,
     DocumentOutcome,
+    HybridFusion,
     MetadataOperator,
     Provider,
     QueryKind,
@@ -99,6 +100,7 @@ __all__ = [
     "FusedPage",
     "FusedResult",
     "Guidance",
+    "HybridFusion",
     "IndexStatus",
     "InternalError",
     "InvalidArgumentError",

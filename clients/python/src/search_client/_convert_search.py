@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from google.protobuf import struct_pb2
 
 from search_client._convert_common import enum_member, enum_name, mapping, time_or_none, time_range
-from search_client._enums import SearchMode
+from search_client._enums import HybridFusion, SearchMode
 from search_client._models_search import (
     MatchedChunk,
     MetadataFilter,
@@ -34,6 +34,8 @@ class SearchArgs:
     max_pages: int
     include_chunks: bool
     min_similarity: float
+    fusion: HybridFusion | None = None  # None: the server's default (RRF)
+    rrf_k: int = 0  # 0: the server's default (60)
 
 
 def search_request(args: SearchArgs, page_token: str = "") -> pb.SearchProjectsRequest:
@@ -47,7 +49,10 @@ def search_request(args: SearchArgs, page_token: str = "") -> pb.SearchProjectsR
         max_pages=args.max_pages,
         include_chunks=args.include_chunks,
         min_similarity=args.min_similarity,
+        rrf_k=args.rrf_k,
     )
+    if args.fusion is not None:
+        request.fusion = enum_name("HYBRID_FUSION_", args.fusion)  # type: ignore[assignment]
     if args.filters is not None:
         request.filters.CopyFrom(_filters_to_pb(args.filters))
     return request

@@ -23,6 +23,13 @@ class SearchMode(enum.StrEnum):
     HYBRID = "hybrid"
 
 
+class HybridFusion(enum.StrEnum):
+    """How HYBRID fuses the full-text and vector rankings (the server's default: RRF)."""
+
+    RRF = "rrf"
+    MAX_MIN = "max_min"
+
+
 class MetadataOperator(enum.StrEnum):
     """Comparison applied by a metadata filter."""
 

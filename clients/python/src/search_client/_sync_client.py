@@ -17,7 +17,7 @@ from search_client import _convert_search as cs
 from search_client import _convert_workspace as cw
 from search_client import _sync_calls as calls
 from search_client._batches import requests
-from search_client._enums import Provider, SearchMode
+from search_client._enums import HybridFusion, Provider, SearchMode
 from search_client._models_index import (
     Document,
     DocumentKey,
@@ -227,6 +227,7 @@ class SearchClient:
         self, project_ids: Iterable[int], text: str = "", *, mode: SearchMode = SearchMode.FTS,
         filters: ProjectSearchFilters | None = None, page_size: int = 0, page_token: str = "",
         max_pages: int = 1, include_chunks: bool = False, min_similarity: float = 0.0,
+        fusion: HybridFusion | None = None, rrf_k: int = 0,
         timeout: float | None = None, request_id: str | None = None, metadata: Metadata = (),
     ) -> Iterator[ProjectSearchPage]:
         """The pages of one SearchProjects call (up to `max_pages`) as they stream in.
@@ -236,7 +237,7 @@ class SearchClient:
         """
         args = cs.SearchArgs(
             tuple(project_ids), text, mode, filters, page_size, max_pages, include_chunks,
-            min_similarity,
+            min_similarity, fusion, rrf_k,
         )
         for response in calls.server_stream(
             self._open().projects.SearchProjects,
@@ -256,6 +257,7 @@ class SearchClient:
         self, project_ids: Iterable[int], text: str = "", *, mode: SearchMode = SearchMode.FTS,
         filters: ProjectSearchFilters | None = None, page_size: int = 0, page_token: str = "",
         pages_per_call: int = 1, include_chunks: bool = False, min_similarity: float = 0.0,
+        fusion: HybridFusion | None = None, rrf_k: int = 0,
         timeout: float | None = None, metadata: Metadata = (),
     ) -> Iterator[ProjectSearchPage]:
         """Every page, calling again with `next_page_token` until the results run out.
@@ -265,7 +267,7 @@ class SearchClient:
         """
         args = cs.SearchArgs(
             tuple(project_ids), text, mode, filters, page_size, pages_per_call, include_chunks,
-            min_similarity,
+            min_similarity, fusion, rrf_k,
         )
         for response in calls.server_stream(
             self._open().projects.SearchProjects,
@@ -282,13 +284,15 @@ class SearchClient:
         self, project_ids: Iterable[int], text: str = "", *, mode: SearchMode = SearchMode.FTS,
         filters: ProjectSearchFilters | None = None, page_size: int = 0,
         pages_per_call: int = 1, include_chunks: bool = False, min_similarity: float = 0.0,
+        fusion: HybridFusion | None = None, rrf_k: int = 0,
         limit: int | None = None, timeout: float | None = None, metadata: Metadata = (),
     ) -> Iterator[ProjectSearchResult]:
         """Ranked results across every page, best first; stops after `limit` results."""
         pages = self.iter_project_pages(
             project_ids, text, mode=mode, filters=filters, page_size=page_size,
             pages_per_call=pages_per_call, include_chunks=include_chunks,
-            min_similarity=min_similarity, timeout=timeout, metadata=metadata,
+            min_similarity=min_similarity, fusion=fusion, rrf_k=rrf_k, timeout=timeout,
+            metadata=metadata,
         )
         return calls.flatten(pages, lambda page: page.results, limit)
 
