@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "EDGE_PUNCTUATION",
+    "POSTGRES_ENGLISH_STOPWORDS",
     "STOPWORDS",
     "WORD_INTERNAL_PUNCTUATION",
     "WORD_SEPARATOR_FORMATS",
@@ -27,7 +28,8 @@ _REFERENCE_STOPWORDS = (
     "or our that the their they this to was we were what when where which who whom whose why "
     "will with you your"
 )
-_POSTGRES_ENGLISH_STOPWORDS = (
+# PostgreSQL's english.stop (its 'english' configuration drops these; BM25 lengths skip them).
+_POSTGRES_ENGLISH_TEXT = (
     "i me my myself we our ours ourselves you your yours yourself yourselves he him his "
     "himself she her hers herself it its itself they them their theirs themselves what which "
     "who whom this that these those am is are was were be been being have has had having do "
@@ -37,7 +39,8 @@ _POSTGRES_ENGLISH_STOPWORDS = (
     "few more most other some such no nor not only own same so than too very s t can will "
     "just don should now"
 )
-STOPWORDS = frozenset((_REFERENCE_STOPWORDS + " " + _POSTGRES_ENGLISH_STOPWORDS).split())
+POSTGRES_ENGLISH_STOPWORDS = frozenset(_POSTGRES_ENGLISH_TEXT.split())
+STOPWORDS = frozenset(_REFERENCE_STOPWORDS.split()) | POSTGRES_ENGLISH_STOPWORDS
 # Sentence punctuation stripped from word edges: a trailing "?" must not make a question a phrase.
 EDGE_PUNCTUATION = "?!.,;:"
 # Joins two letters into one word (UAX #29 MidLetter subset); colon and full stop always split.

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import string
 
+from service.projects.lexical_tokens import POSTGRES_ENGLISH_STOPWORDS
+
 __all__ = [
-    "ENGLISH_STOPWORDS",
     "INDEXED_BODY_CHARS",
     "INDEXED_NGRAM_CHARS",
     "content_length",
@@ -31,18 +32,6 @@ INDEXED_NGRAM_CHARS = 100_000
 # ASCII punctuation separates words (as in the english parser); translate + split run in C.
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation})
 _PATH_WORDS = str.maketrans("/._-", "    ")
-# PostgreSQL's english.stop (the 'english' text search configuration drops these).
-_STOPWORDS_TEXT = (
-    "i me my myself we our ours ourselves you your yours yourself yourselves he him his "
-    "himself she her hers herself it its itself they them their theirs themselves what which "
-    "who whom this that these those am is are was were be been being have has had having do "
-    "does did doing a an the and but if or because as until while of at by for with about "
-    "against between into through during before after above below to from up down in out on "
-    "off over under again further then once here there when where why how all any both each "
-    "few more most other some such no nor not only own same so than too very s t can will just "
-    "don should now"
-)
-ENGLISH_STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 
 
 def indexed_text(title: str, path: str, body: str) -> str:
@@ -53,7 +42,7 @@ def indexed_text(title: str, path: str, body: str) -> str:
 def lexeme_count(text: str) -> int:
     """About how many lexemes `to_tsvector('english', text)` holds, repeats included."""
     words = text.lower().translate(_PUNCTUATION).split()
-    return len(words) - sum(map(ENGLISH_STOPWORDS.__contains__, words))
+    return len(words) - sum(map(POSTGRES_ENGLISH_STOPWORDS.__contains__, words))
 
 
 def content_length(title: str, path: str, body: str) -> int:

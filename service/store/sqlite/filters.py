@@ -42,30 +42,19 @@ UPDATED_END = "AND d.updated_at < :updated_end"
 
 _TYPE = "json_type(d.metadata, :{p})"
 _VALUE = "json_extract(d.metadata, :{p})"
-EQ_TEXT = (
-    "(CASE json_type(d.metadata, :{p}) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
-    "WHEN 'text' THEN json_extract(d.metadata, :{p}) "
-    "WHEN 'integer' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) "
-    "WHEN 'real' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) END = :{v})"
-)
-EQ_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} = :{{v}})"
-EQ_BOOL = f"({_TYPE} = :{{v}})"
 _TEXT_FORM = (
     "CASE json_type(d.metadata, :{p}) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
     "WHEN 'text' THEN json_extract(d.metadata, :{p}) "
     "WHEN 'integer' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) "
     "WHEN 'real' THEN CAST(json_extract(d.metadata, :{p}) AS TEXT) END"
-)
+)  # the stored value's JSON text, as `eq` with a string operand compares it
+EQ_TEXT = f"({_TEXT_FORM} = :{{v}})"
+EQ_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} = :{{v}})"
+EQ_BOOL = f"({_TYPE} = :{{v}})"
 # `in`: one call per row whatever the number of values (as many `eq` cases made a statement
 # of 2,000 CASE expressions at the request limit: seconds to prepare it).
-IN_ANY = (
-    f"search_metadata_in({_TEXT_FORM}, json_type(d.metadata, :{{p}}), "
-    "json_extract(d.metadata, :{p}), :{v})"
-)
-CONTAINS = (
-    "(json_type(d.metadata, :{p}) = 'array' "
-    "AND search_contains_all(json_extract(d.metadata, :{p}), :{v}))"
-)
+IN_ANY = f"search_metadata_in({_TEXT_FORM}, {_TYPE}, {_VALUE}, :{{v}})"
+CONTAINS = f"({_TYPE} = 'array' AND search_contains_all({_VALUE}, :{{v}}))"
 COMPARE_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} {{op}} :{{v}})"
 COMPARE_TEXT = f"({_TYPE} = 'text' AND {_VALUE} {{op}} :{{v}})"
 BETWEEN_NUMBER = f"({_TYPE} IN ('integer', 'real') AND {_VALUE} BETWEEN :{{a}} AND :{{b}})"
