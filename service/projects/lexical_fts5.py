@@ -81,6 +81,12 @@ def render_fts5(query: Scripted) -> str:
     return expression
 
 
+def render_fts5_all(terms: Sequence[str], *, prefix: bool) -> str:
+    """AND of plain terms on `content`: the strict form of a plain natural-language text."""
+    rendered = [_quote(term) + ("*" if prefix else "") for term in terms]
+    return f"{CONTENT_COLUMN} : ({' AND '.join(rendered)})"
+
+
 def render_fts5_any(terms: Sequence[str], *, prefix: bool) -> str:
     """OR of plain terms on `content` (the relaxed form)."""
     rendered = (_quote(term) + ("*" if prefix else "") for term in terms)

@@ -17,6 +17,7 @@ from service.store.sqlite.schema import (
     migrate,
     prepare_vector_index,
 )
+from tests.support.sqlite_postings import fts5_postings, postings_table
 
 SMALL = EmbeddingIdentity("m", 4)
 LARGE = EmbeddingIdentity("m", 8)
@@ -68,8 +69,11 @@ def test_opening_without_the_extension_marks_the_vec_table_stale(tmp_path: Path)
     assert conn.execute("SELECT stale FROM vector_index").fetchall() == [(0,)]
 
 
-def test_stored_lengths_are_backfilled_for_documents_written_before_them(tmp_path: Path) -> None:
-    """A database of schema version 2 gets each document's BM25 lengths, as written now."""
+def test_stored_lengths_and_postings_are_backfilled_for_documents_written_before_them(
+    tmp_path: Path,
+) -> None:
+    """A database of schema version 2 gets each document's BM25 lengths, postings and its
+    project's statistics, as written now."""
     conn, _ = connect(tmp_path / "db", True, reader=False)
     conn.execute(CREATE_MIGRATIONS_TABLE)
     for version, name, steps in MIGRATIONS[:2]:
@@ -85,11 +89,20 @@ def test_stored_lengths_are_backfilled_for_documents_written_before_them(tmp_pat
         " VALUES (7, 1, 'note', 'a', ?, ?, ?, '', '', '', '{}', 0, 0, 'h')",
         (title, path, body),
     )
-    assert migrate(conn) == [3]
+    assert migrate(conn) == [3, 4]
     stored = conn.execute("SELECT doc_len, ngram_len FROM documents WHERE id = 7").fetchall()
-    expected = (content_length(title, path, body), ngram_length(script_ngrams(f"{title} {body}")))
+    ngrams = script_ngrams(f"{title} {body}")
+    expected = (content_length(title, path, body), ngram_length(ngrams))
     assert stored == [expected]
     # deploy freeze | ops runbook md (path) | ops runbook md (its parts) | freeze starts
     # friday 東京の会議 (body; "the" and "on" are stopwords)
     assert expected[0] == 12
     assert expected[1] > 0
+    assert conn.execute("SELECT * FROM lexical_stats").fetchall() == [(1, 1, *expected)]
+    # The postings are what FTS5 holds for the same row: index it and compare.
+    conn.execute(
+        "INSERT INTO docs_fts (rowid, content, ngrams) VALUES (7, ?, ?)",
+        (f"{title}\n{path}\n{body}", ngrams),
+    )
+    assert postings_table(conn) == fts5_postings(conn)
+    assert ("freez", 7, 2) in {(t, d, tf) for _, c, t, d, tf, _ in postings_table(conn) if c == 0}

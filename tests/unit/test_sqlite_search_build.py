@@ -39,8 +39,18 @@ def _lexical(fts5: str | None, relaxed: str | None) -> LexicalQuery:
     return LexicalQuery(fts5, relaxed, None, None, None, (), False, score_words=words)
 
 
-_BM25 = q.BM25
-_ONE_TIER = (q.FTS_STRICT, q.FTS_LOOSE_NONE, _BM25, q.FTS_TIERED)
+# Unfiltered: N and the summed lengths from lexical_stats, postings of the whole scope.
+_SCORED = (
+    q.LEX_SCOPE,
+    q.BM25.format(
+        eligible="",
+        only_longer=q.ONLY_LONGER,
+        df=q.TERM_DF.format(only_longer=q.ONLY_LONGER),
+        weighted=q.WEIGHTED_DF,
+        stats=q.SCOPE_STATS,
+    ),
+)
+_ONE_TIER = (*_SCORED, q.FTS_STRICT, q.FTS_LOOSE_NONE, q.FTS_TIERED)
 
 
 @pytest.mark.parametrize(
@@ -49,7 +59,7 @@ _ONE_TIER = (q.FTS_STRICT, q.FTS_LOOSE_NONE, _BM25, q.FTS_TIERED)
         (
             'content : ("a")',
             'content : ("a" OR "b")',
-            (q.FTS_STRICT, q.FTS_LOOSE, _BM25, q.FTS_TIERED),
+            (*_SCORED, q.FTS_STRICT, q.FTS_LOOSE, q.FTS_TIERED),
             q.RELAXED_WHEN_LOOSE,
         ),
         ('content : ("a")', None, _ONE_TIER, q.RELAXED_NEVER),
@@ -66,17 +76,21 @@ def test_lexical_choice(
     if flag == q.RELAXED_ALWAYS:
         assert chosen.bindings["fts_query"] == relaxed
     if ctes != (q.FTS_NONE,):
-        # BM25 sums over each distinct index term once, in the order given.
-        terms = [["a", False, "content", False], ["b", False, "content", False]]
+        # BM25 sums over each distinct index term once, in the order given (column 0 is
+        # content, as term_postings numbers the columns).
+        terms = [["a", False, 0, False], ["b", False, 0, False]]
         assert json.loads(chosen.bindings["score_terms"]) == terms
 
 
 def test_relaxed_matches_come_from_the_term_frequencies(checker: Fts5Checker) -> None:
     chosen = choose_lexical(_plan(Mode.FTS, compile_query("deploy freeze friday")), checker)
-    # Every scoring term is a relaxed term: the tiers are read off the BM25 rows.
-    assert chosen.ctes[-1] == q.FTS_TIERED_FROM_BM25
+    # Every scoring term is a relaxed term, and the strict form is their AND: the tiers are
+    # read off the BM25 rows (how many terms each holds), without any MATCH.
+    assert chosen.ctes[-1] == q.FTS_TIERED_FROM_HITS
+    assert q.FTS_STRICT not in chosen.ctes
     assert q.FTS_LOOSE not in chosen.ctes
     assert "fts_relaxed" not in chosen.bindings
+    assert chosen.bindings["strict_terms"] == 3
     terms = json.loads(chosen.bindings["score_terms"])
     assert [(stem, prefix, relaxed) for stem, prefix, _, relaxed in terms] == [
         ("deploi", True, True),
@@ -85,9 +99,17 @@ def test_relaxed_matches_come_from_the_term_frequencies(checker: Fts5Checker) ->
     ]
 
 
+def test_a_phrase_keeps_the_strict_match(checker: Fts5Checker) -> None:
+    plan = _plan(Mode.FTS, compile_query('deploy "freeze friday" now'))
+    chosen = choose_lexical(plan, checker)
+    # The strict form holds a phrase: its matches come from FTS5, the relaxed ones from BM25.
+    assert chosen.ctes[-2:] == (q.FTS_STRICT, q.FTS_TIERED_FROM_BM25)
+    assert "strict_terms" not in chosen.bindings
+
+
 def test_gram_terms_score_the_ngram_column(checker: Fts5Checker) -> None:
     chosen = choose_lexical(_plan(Mode.FTS, compile_query("即适者生存 fitness")), checker)
-    assert json.loads(chosen.bindings["score_terms"])[-1][2] == "ngrams"
+    assert json.loads(chosen.bindings["score_terms"])[-1][2] == 1  # the ngrams column
 
 
 def test_prefix_terms_are_one_term_per_stem(checker: Fts5Checker) -> None:

@@ -11,6 +11,7 @@ import apsw
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.lengths import content_length, ngram_length
+from service.store.sqlite import postings
 from service.store.sqlite.values import immediate
 
 # Design notes:
@@ -19,6 +20,9 @@ from service.store.sqlite.values import immediate
 # - No declared foreign keys: SQLite would look children up by document_id / chunk_id
 #   alone (no index leads with them), so cascades are explicit deletes keyed by project_id.
 # - docs_fts is contentless (content=''): bodies live once, in documents; rowid = documents.id.
+# - term_postings / lexical_stats (migration 4, postings.py) hold what BM25 reads: per project,
+#   term and document the term frequency and the document's length; per project N and the
+#   summed lengths. Written with the document, from FTS5's tokenizer.
 # - vectors holds every embedding (any identity; authoritative, used by the exact scan);
 #   vec_chunks (vec0) mirrors the ready vectors of one identity for the KNN path.
 Step = str | Callable[[apsw.Connection], None]
@@ -43,6 +47,38 @@ def _backfill_lengths(conn: apsw.Connection) -> None:
             ngrams = script_ngrams(f"{title} {body}")
             lengths.append((content_length(title, path, body), ngram_length(ngrams), doc_id))
         conn.executemany("UPDATE documents SET doc_len = ?, ngram_len = ? WHERE id = ?", lengths)
+        last = cast(int, rows[-1][0])
+
+
+def _backfill_postings(conn: apsw.Connection) -> None:
+    """Migration 4: term_postings and lexical_stats of every existing document, from the
+    same text and tokenizer as its FTS5 row (service.store.sqlite.postings)."""
+    from service.projects.lexical import script_ngrams
+
+    conn.execute(
+        "INSERT INTO lexical_stats (project_id, n, sum_dl, sum_nl)"
+        " SELECT project_id, count(*), sum(doc_len), sum(ngram_len) FROM documents"
+        " GROUP BY project_id"
+    )
+    tokenizer = postings.postings_of(conn)
+    last = 0
+    while True:  # in batches: bodies are read into memory
+        rows = conn.execute(
+            "SELECT id, project_id, title, path, body, doc_len, ngram_len FROM documents"
+            " WHERE id > ? ORDER BY id LIMIT 500",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return
+        for doc_id, project_id, title, path, body, doc_len, ngram_len in rows:
+            title, path, body = str(title), str(path), str(body)
+            content = postings.indexed_content(title, path, body)
+            ngrams = script_ngrams(f"{title} {body}")
+            lengths = (cast(int, doc_len), cast(int, ngram_len))
+            conn.executemany(
+                postings.INSERT_POSTING,
+                tokenizer.rows(cast(int, project_id), cast(int, doc_id), content, ngrams, lengths),
+            )
         last = cast(int, rows[-1][0])
 
 
@@ -141,6 +177,30 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
             "ALTER TABLE documents ADD COLUMN doc_len INTEGER NOT NULL DEFAULT 0",
             "ALTER TABLE documents ADD COLUMN ngram_len INTEGER NOT NULL DEFAULT 0",
             _backfill_lengths,
+        ),
+    ),
+    (
+        4,
+        "lexical postings",
+        (
+            # WITHOUT ROWID: the key is the row; a scope's postings of a term are one range.
+            """CREATE TABLE term_postings (
+                project_id INTEGER NOT NULL,
+                col INTEGER NOT NULL,
+                term TEXT NOT NULL,
+                doc_id INTEGER NOT NULL,
+                tf INTEGER NOT NULL,
+                dl INTEGER NOT NULL,
+                PRIMARY KEY (project_id, col, term, doc_id)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX term_postings_doc ON term_postings (project_id, doc_id)",
+            """CREATE TABLE lexical_stats (
+                project_id INTEGER PRIMARY KEY,
+                n INTEGER NOT NULL,
+                sum_dl INTEGER NOT NULL,
+                sum_nl INTEGER NOT NULL
+            )""",
+            _backfill_postings,
         ),
     ),
 )

@@ -12,7 +12,7 @@ import apsw
 
 from service import errors
 from service.projects.lexical import RELAXED_PREFIX
-from service.projects.lexical_fts5 import CONTENT_COLUMN, NGRAMS_COLUMN
+from service.projects.lexical_fts5 import CONTENT_COLUMN, NGRAMS_COLUMN, render_fts5_all
 from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
@@ -27,6 +27,7 @@ from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.sqlite import search_sql as q
 from service.store.sqlite.filters import filter_sql
 from service.store.sqlite.lexical_check import Fts5Checker, register_functions
+from service.store.sqlite.postings import COLUMN_NUMBERS
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import from_micros, load_metadata, vector_blob
 
@@ -75,8 +76,13 @@ def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[tuple[str, boo
     ]
 
 
-def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = False) -> Lexical:
-    """Strict + relaxed tiers when both parse; whatever parses otherwise; else nothing."""
+def choose_lexical(
+    plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = False, filtered: bool = False
+) -> Lexical:
+    """Strict + relaxed tiers when both parse; whatever parses otherwise; else nothing.
+
+    Term statistics come from the eligible documents when there are `filtered`, else from
+    the scope projects' lexical_stats (the same numbers without reading any document)."""
     strict = plan.lexical.fts5 if plan.lexical else None
     if strict is None and not disabled:
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
@@ -88,27 +94,42 @@ def choose_lexical(plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = F
     if not terms or not (strict_ok or relaxed_ok):
         return Lexical((q.FTS_NONE,), q.RELAXED_NEVER, {})
     bindings: dict[str, Any] = {
-        "score_terms": json.dumps(terms),
+        "score_terms": json.dumps(
+            [(stem, prefix, COLUMN_NUMBERS[column], loose) for stem, prefix, column, loose in terms]
+        ),
         "bm25_k1": float(plan.bm25_k1),
         "bm25_b": float(plan.bm25_b),
     }
-    bm25 = q.BM25
+    bm25 = q.BM25.format(
+        eligible=q.ELIGIBLE_POSTINGS if filtered else "",
+        only_longer=q.ONLY_LONGER,
+        df="" if filtered else q.TERM_DF.format(only_longer=q.ONLY_LONGER),
+        weighted=q.WEIGHTED_WINDOW if filtered else q.WEIGHTED_DF,
+        stats=q.ELIGIBLE_STATS if filtered else q.SCOPE_STATS,
+    )
+    scored = (q.LEX_SCOPE, bm25)
     if strict_ok and relaxed_ok:
         bindings["fts_query"] = str(strict)
         ctes: tuple[str, ...]
         if all(term[3] for term in terms):
             # Every document holding a term is a strict or a relaxed match.
-            ctes = (q.FTS_STRICT, bm25, q.FTS_TIERED_FROM_BM25)
+            ctes = (*scored, q.FTS_STRICT, q.FTS_TIERED_FROM_BM25)
+            if plan.lexical and strict == render_fts5_all(
+                plan.lexical.relaxed_words, prefix=RELAXED_PREFIX
+            ):
+                # ... and the strict ones are those holding every term.
+                bindings["strict_terms"] = len(terms)
+                ctes = (*scored, q.FTS_TIERED_FROM_HITS)
         elif any(term[3] for term in terms):
             # The relaxed matches are read off the term frequencies: no second MATCH.
-            ctes = (q.FTS_STRICT, bm25, q.FTS_LOOSE_FROM_TERMS, q.FTS_TIERED)
+            ctes = (*scored, q.FTS_STRICT, q.FTS_LOOSE_FROM_TERMS, q.FTS_TIERED)
         else:
             bindings["fts_relaxed"] = str(relaxed)
-            ctes = (q.FTS_STRICT, q.FTS_LOOSE, bm25, q.FTS_TIERED)
+            ctes = (*scored, q.FTS_STRICT, q.FTS_LOOSE, q.FTS_TIERED)
         return Lexical(ctes, q.RELAXED_WHEN_LOOSE, bindings)
     bindings["fts_query"] = str(strict if strict_ok else relaxed)
     flag = q.RELAXED_NEVER if strict_ok else q.RELAXED_ALWAYS
-    return Lexical((q.FTS_STRICT, q.FTS_LOOSE_NONE, bm25, q.FTS_TIERED), flag, bindings)
+    return Lexical((*scored, q.FTS_STRICT, q.FTS_LOOSE_NONE, q.FTS_TIERED), flag, bindings)
 
 
 def build(
@@ -119,7 +140,7 @@ def build(
     ctes = [q.ELIGIBLE.format(filters=filters)]
     relaxed, exact = q.RELAXED_NEVER, q.EXACT_ALWAYS
     if plan.mode is not Mode.VECTOR:
-        lexical = choose_lexical(plan, checker, disabled=lexical_off)
+        lexical = choose_lexical(plan, checker, disabled=lexical_off, filtered=bool(filters))
         ctes += lexical.ctes
         relaxed = lexical.relaxed
         bindings.update(lexical.bindings)

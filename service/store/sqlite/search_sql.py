@@ -27,96 +27,153 @@ eligible AS MATERIALIZED (
     {filters}
 )"""
 
-# Lexical channel. Membership comes from FTS5 MATCH (strict form, and the relaxed any-word
-# form); the score is Lucene's BM25 computed here over the eligible scope, the same formula
-# the PostgreSQL store computes: FTS5's own bm25() clamps idf to ~1e-6 for any term in half
-# the table or more, and takes N, df and avgdl from the whole table rather than the scope.
-# The unary `+` hides the rowid filter from FTS5: offered `rowid IN (...)`, FTS5 re-runs the
-# MATCH once per eligible rowid (seconds on a few thousand rows) instead of once in total.
-FTS_STRICT = """
-fts_strict AS MATERIALIZED (
-    SELECT rowid AS doc_id
-    FROM docs_fts
-    WHERE docs_fts MATCH :fts_query AND +rowid IN (SELECT doc_id FROM eligible)
+# Lexical channel. The score is Lucene's BM25 computed here over the eligible scope, the
+# same formula the PostgreSQL store computes (FTS5's own bm25() clamps idf to ~1e-6 for any
+# term in half the table or more, and takes N, df and avgdl from the whole table rather
+# than the scope), from the scope's postings (service.store.sqlite.postings).
+#
+# `:score_terms` lists `[stem, prefix, column number, relaxed]` per query term; each (term,
+# project) is one range of term_postings' key, carrying tf and the document's length. A
+# prefix term's tf is its exact stem's count, or 1 when only longer terms occur, as on
+# PostgreSQL (whose tsvector cannot list the longer lexemes cheaply): the exact stem's
+# postings, plus one row per document holding only longer terms. CROSS JOIN keeps the loop
+# order: terms, then the scope's projects, then postings. `{eligible}` restricts postings
+# to the eligible documents when there are filters. df, N and the mean lengths are counted
+# over the eligible scope: without filters N and the summed lengths are the projects'
+# lexical_stats. `term_tf` is not materialized: each reader streams it from the index
+# (~80 ns a posting), where writing it into a temporary table cost ~400 ns a row.
+LEX_SCOPE = """
+lex_scope AS MATERIALIZED (
+    SELECT p.project_id FROM projects AS p
+    WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))
 )"""
-FTS_LOOSE = """
-fts_loose AS MATERIALIZED (
-    SELECT rowid AS doc_id
-    FROM docs_fts
-    WHERE docs_fts MATCH :fts_relaxed AND +rowid IN (SELECT doc_id FROM eligible)
-      AND rowid NOT IN (SELECT doc_id FROM fts_strict)
-)"""
-FTS_LOOSE_FROM_TERMS = """
-fts_loose AS MATERIALIZED (
-    SELECT DISTINCT t.doc_id
-    FROM term_tf AS t JOIN query_terms AS q ON q.term = t.term
-    WHERE q.relaxed AND t.doc_id NOT IN (SELECT doc_id FROM fts_strict)
-)"""
-FTS_LOOSE_NONE = """
-fts_loose AS (SELECT 0 AS doc_id WHERE 0)"""
-# Term frequencies from the index itself (`temp.docs_fts_instance`, lexical_check.py: one row
-# per occurrence): `:score_terms` lists `[stem, prefix, column, relaxed]` per query term. A prefix
-# term's tf is its exact stem's count, or 1 when only longer terms occur, as on PostgreSQL
-# (whose tsvector cannot list the longer lexemes cheaply). CROSS JOIN keeps the terms outer,
-# so each is a range lookup in the index. df, N and the mean lengths are counted over the
-# eligible scope; lengths are the ones both stores store at write time (service.store.lengths).
 BM25 = """
 query_terms AS MATERIALIZED (
     SELECT CAST(key AS INTEGER) AS term, value ->> 0 AS stem, value ->> 1 AS prefix,
            value ->> 2 AS col, value ->> 3 AS relaxed
     FROM json_each(:score_terms)
 ),
-term_tf AS MATERIALIZED (
-    SELECT t.term, i.doc AS doc_id, t.col,
-           CASE WHEN t.prefix THEN MAX(1, SUM(i.term = t.stem)) ELSE COUNT(*) END AS tf
+term_tf AS (
+    SELECT t.term, x.doc_id, t.col, x.dl, x.tf
     FROM query_terms AS t
-    CROSS JOIN docs_fts_instance AS i
-    WHERE i.term >= t.stem AND i.term < t.stem || char(1114111) AND i.col = t.col
-      AND (t.prefix OR i.term = t.stem)
-      AND i.doc IN (SELECT doc_id FROM eligible)
-    GROUP BY t.term, i.doc
+    CROSS JOIN lex_scope AS s
+    CROSS JOIN term_postings AS x
+    WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem{eligible}
+    UNION ALL
+    SELECT t.term, x.doc_id, t.col, MAX(x.dl), 1
+    FROM query_terms AS t
+    CROSS JOIN lex_scope AS s
+    CROSS JOIN term_postings AS x
+    WHERE t.prefix AND x.project_id = s.project_id AND x.col = t.col
+      AND x.term > t.stem AND x.term < t.stem || char(1114111){eligible}
+      AND {only_longer}
+    GROUP BY t.term, x.doc_id
 ),
-term_df AS MATERIALIZED (SELECT term, COUNT(*) AS df FROM term_tf GROUP BY term),
+{df}
+{stats},
+bm25 AS MATERIALIZED (
+    SELECT t.doc_id,
+           SUM(ln(1.0 + (s.n - t.df + 0.5) / (t.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
+               / (t.tf + :bm25_k1 * (1.0 - :bm25_b + :bm25_b
+                   * CASE WHEN t.col = 0 THEN t.dl / s.avgdl ELSE t.dl / s.avgnl END)))
+               AS fts_score,
+           COUNT(*) AS hits
+    FROM {weighted} AS t
+    CROSS JOIN scope_stats AS s
+    GROUP BY t.doc_id
+)"""
+# Document frequencies. Unfiltered: counted straight from the postings (an index range count
+# per term, ~80 ns a posting), and joined to the streamed term frequencies. Filtered: a
+# window over `term_tf`, which is then read once (each reference of a CTE is expanded again,
+# and the eligible set's with it; SQLite refuses past 1,000 expansions).
+TERM_DF = """
+term_df AS MATERIALIZED (
+    SELECT t.term,
+           (SELECT COUNT(*) FROM lex_scope AS s CROSS JOIN term_postings AS x
+            WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem)
+           + CASE WHEN t.prefix THEN (
+               SELECT COUNT(DISTINCT x.doc_id) FROM lex_scope AS s CROSS JOIN term_postings AS x
+               WHERE x.project_id = s.project_id AND x.col = t.col
+                 AND x.term > t.stem AND x.term < t.stem || char(1114111) AND {only_longer}
+             ) ELSE 0 END AS df
+    FROM query_terms AS t
+),"""
+WEIGHTED_DF = "(SELECT f.*, d.df FROM term_tf AS f CROSS JOIN term_df AS d ON d.term = f.term)"
+WEIGHTED_WINDOW = "(SELECT f.*, COUNT(*) OVER (PARTITION BY f.term) AS df FROM term_tf AS f)"
+ELIGIBLE_POSTINGS = "\n      AND x.doc_id IN (SELECT doc_id FROM eligible)"
+# A posting of a longer term counts for its document only when the exact stem is absent.
+ONLY_LONGER = """NOT EXISTS (
+          SELECT 1 FROM term_postings AS y
+          WHERE y.project_id = x.project_id AND y.col = x.col AND y.term = t.stem
+            AND y.doc_id = x.doc_id
+      )"""
+# avg() of integers is their exact sum over the count, so both forms give the same doubles.
+SCOPE_STATS = """
+scope_stats AS MATERIALIZED (
+    SELECT COALESCE(SUM(n), 0) AS n,
+           CASE WHEN SUM(sum_dl) THEN SUM(sum_dl) * 1.0 / SUM(n) ELSE 1.0 END AS avgdl,
+           CASE WHEN SUM(sum_nl) THEN SUM(sum_nl) * 1.0 / SUM(n) ELSE 1.0 END AS avgnl
+    FROM lexical_stats
+    WHERE project_id IN (SELECT project_id FROM lex_scope)
+)"""
+ELIGIBLE_STATS = """
 scope_stats AS MATERIALIZED (
     SELECT COUNT(*) AS n, COALESCE(NULLIF(AVG(doc_len), 0), 1.0) AS avgdl,
            COALESCE(NULLIF(AVG(ngram_len), 0), 1.0) AS avgnl
     FROM eligible
-),
-bm25 AS MATERIALIZED (
-    SELECT t.doc_id,
-           SUM(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
-               / (t.tf + :bm25_k1 * (1.0 - :bm25_b + :bm25_b
-                   * CASE WHEN t.col = 'content' THEN z.doc_len / s.avgdl
-                          ELSE z.ngram_len / s.avgnl END)))
-               AS fts_score
-    FROM term_tf AS t
-    JOIN term_df AS d ON d.term = t.term
-    JOIN documents AS z ON z.id = t.doc_id
-    CROSS JOIN scope_stats AS s
-    GROUP BY t.doc_id
 )"""
+
+# Membership: the strict form, and the relaxed any-word form. Every match holds one of the
+# query's positive terms, so the candidates are the scored documents (`bm25`). The unary `+`
+# hides the rowid filter from FTS5: offered `rowid IN (...)`, FTS5 re-runs the MATCH once
+# per rowid instead of once.
+FTS_STRICT = """
+fts_strict AS MATERIALIZED (
+    SELECT rowid AS doc_id
+    FROM docs_fts
+    WHERE docs_fts MATCH :fts_query AND +rowid IN (SELECT doc_id FROM bm25)
+)"""
+# Relaxed matches (strict ones may be among them: the strict tier is decided first).
+FTS_LOOSE = """
+fts_loose AS MATERIALIZED (
+    SELECT rowid AS doc_id
+    FROM docs_fts
+    WHERE docs_fts MATCH :fts_relaxed AND +rowid IN (SELECT doc_id FROM bm25)
+)"""
+FTS_LOOSE_FROM_TERMS = """
+fts_loose AS MATERIALIZED (
+    SELECT DISTINCT t.doc_id
+    FROM term_tf AS t JOIN query_terms AS q ON q.term = t.term
+    WHERE q.relaxed
+)"""
+FTS_LOOSE_NONE = """
+fts_loose AS (SELECT 0 AS doc_id WHERE 0)"""
 # Relaxation is tiered and decided over the whole scope: rows matching every word (tier 1)
-# rank first, then rows matching only some of the words (tier 0), each tier by BM25.
-# (IN, not LEFT JOIN: SQLite would scan bm25 once per member.) A member holding no scoring
-# term cannot happen with compiled queries; it would keep a zero score.
+# rank first, then rows matching only some of the words (tier 0), each tier by BM25. Both
+# forms' matches are candidates of `bm25`, so every member has its score. Each CTE is
+# referenced as few times as possible: SQLite expands a CTE's tree once per reference (even
+# a materialized one), and references of references multiply up to its nesting limit.
 FTS_TIERED = """
 fts AS MATERIALIZED (
-    SELECT doc_id, fts_score, 1 AS tier FROM bm25
-    WHERE doc_id IN (SELECT doc_id FROM fts_strict)
-    UNION ALL
-    SELECT doc_id, fts_score, 0 FROM bm25
-    WHERE doc_id IN (SELECT doc_id FROM fts_loose)
-    UNION ALL
-    SELECT doc_id, 0.0, 1 FROM fts_strict WHERE doc_id NOT IN (SELECT doc_id FROM bm25)
-    UNION ALL
-    SELECT doc_id, 0.0, 0 FROM fts_loose WHERE doc_id NOT IN (SELECT doc_id FROM bm25)
+    SELECT doc_id, fts_score, tier FROM (
+        SELECT doc_id, fts_score, doc_id IN (SELECT doc_id FROM fts_strict) AS tier,
+               doc_id IN (SELECT doc_id FROM fts_loose) AS loose
+        FROM bm25
+    )
+    WHERE tier OR loose
 )"""
 # When every scoring term is a relaxed-form term, the documents holding one of them are
-# exactly the strict and the relaxed matches: the tiers are read off `bm25` in one pass
-# (17-25% of a natural-language statement over 20k documents went into the four arms above).
+# exactly the strict and the relaxed matches: the tiers are read off `bm25` in one pass.
 FTS_TIERED_FROM_BM25 = """
 fts AS MATERIALIZED (
     SELECT doc_id, fts_score, doc_id IN (SELECT doc_id FROM fts_strict) AS tier FROM bm25
+)"""
+# ... and when the strict form is only the AND of those terms (each one index term), the
+# strict matches are the documents holding all of them: no MATCH at all (FTS5 would
+# intersect the terms' doclists over the whole table, every project's).
+FTS_TIERED_FROM_HITS = """
+fts AS MATERIALIZED (
+    SELECT doc_id, fts_score, hits = :strict_terms AS tier FROM bm25
 )"""
 FTS_ALL = """
 fts AS (SELECT doc_id, 0.0 AS fts_score, 1 AS tier FROM eligible)"""
@@ -202,13 +259,13 @@ vector_scores AS (
 )"""
 
 SCORED_FTS = """
-scored AS (
+scored AS MATERIALIZED (
     SELECT doc_id, fts_score AS score, 0.0 AS v, fts_score,
            COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f, tier
     FROM fts
 )"""
 SCORED_VECTOR = """
-scored AS (
+scored AS MATERIALIZED (
     SELECT doc_id, v AS score, v, 0.0 AS fts_score, 0.0 AS f, 1 AS tier FROM vector_scores
 )"""
 SCORED_HYBRID = """
@@ -226,7 +283,7 @@ fused AS (
     SELECT doc_id, MAX(v) AS v, MAX(fts_score) AS fts_score, MAX(f) AS f
     FROM channels GROUP BY doc_id
 ),
-scored AS (
+scored AS MATERIALIZED (
     SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f, 1 AS tier
     FROM fused
 )"""
@@ -240,28 +297,39 @@ fts_ranked AS (
            ROW_NUMBER() OVER (
                ORDER BY f.tier DESC, f.fts_score DESC, e.project_id, e.kind, e.row_id
            ) AS r
-    FROM fts AS f JOIN eligible AS e ON e.doc_id = f.doc_id
+    FROM fts AS f CROSS JOIN documents AS e ON e.id = f.doc_id
 ),
 vector_ranked AS (
     SELECT s.doc_id, s.v,
            ROW_NUMBER() OVER (ORDER BY s.v DESC, e.project_id, e.kind, e.row_id) AS r
-    FROM vector_scores AS s JOIN eligible AS e ON e.doc_id = s.doc_id
+    FROM vector_scores AS s CROSS JOIN documents AS e ON e.id = s.doc_id
 ),
 channels AS (
     SELECT doc_id, v, 0.0 AS fts_score, 0.0 AS f, 1.0 / (:rrf_k + r) AS part FROM vector_ranked
     UNION ALL
     SELECT doc_id, 0.0, fts_score, f, 1.0 / (:rrf_k + r) FROM fts_ranked
 ),
-scored AS (
+scored AS MATERIALIZED (
     SELECT doc_id, SUM(part) AS score, MAX(v) AS v, MAX(fts_score) AS fts_score, MAX(f) AS f,
            1 AS tier
     FROM channels GROUP BY doc_id
 )"""
 
+# Ties are broken by identity, which lives in `documents`: `page_cut` is the (tier, score)
+# of the last row the page can reach, so only rows at or above it read their identity (by
+# rowid; CROSS JOIN keeps `scored` outer, else SQLite scans every document and probes).
 PAGE = """
+page_cut AS MATERIALIZED (
+    SELECT tier, score FROM scored ORDER BY tier DESC, score DESC
+    LIMIT 1 OFFSET :limit + :offset - 1
+),
 page AS MATERIALIZED (
     SELECT s.doc_id, s.score, s.v, s.fts_score, s.f, s.tier, e.project_id, e.kind, e.row_id
-    FROM scored AS s JOIN eligible AS e ON e.doc_id = s.doc_id
+    FROM scored AS s CROSS JOIN documents AS e ON e.id = s.doc_id
+    WHERE NOT EXISTS (
+        SELECT 1 FROM page_cut AS c
+        WHERE s.tier < c.tier OR (s.tier = c.tier AND s.score < c.score)
+    )
     ORDER BY s.tier DESC, s.score DESC, e.project_id, e.kind, e.row_id
     LIMIT :limit OFFSET :offset
 )"""

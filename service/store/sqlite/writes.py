@@ -17,6 +17,7 @@ from service.store.base import (
     project_not_found,
 )
 from service.store.lengths import content_length, ngram_length
+from service.store.sqlite import postings
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import (
     dump_json,
@@ -60,7 +61,7 @@ DELETE_PROJECT_ROWS = (
 
 # No row: not the tenant's project; (NULL, NULL): the document is not there.
 SELECT_DOCUMENT = """
-SELECT d.id, d.created_at FROM projects AS p
+SELECT d.id, d.created_at, d.doc_len, d.ngram_len FROM projects AS p
 LEFT JOIN documents AS d
   ON d.project_id = p.project_id AND d.kind = :kind AND d.row_id = :row_id
 WHERE p.project_id = :project_id AND p.tenant = :tenant
@@ -148,6 +149,7 @@ def delete_project(
         if index.usable:
             conn.execute(DELETE_PROJECT_VEC, owner)
         conn.execute(DELETE_PROJECT_FTS, owner)
+        postings.remove_project(conn, project_id)
         for statement in DELETE_PROJECT_ROWS:
             conn.execute(statement, owner)
     return int(row[0])
@@ -186,21 +188,25 @@ def delete_documents(
         if not keys and conn.execute(SELECT_OWNED, owner).fetchone() is None:
             raise project_not_found(project_id)
         for kind, row_id in dict.fromkeys(keys):
-            doc_id, _ = _find(conn, owner, kind, row_id)
+            doc_id, _, lengths = _find(conn, owner, kind, row_id)
             if doc_id is None:
                 continue
             _delete_parts(conn, owner, doc_id, index)
+            postings.remove_document(conn, project_id, doc_id, lengths)
             conn.execute(DELETE_DOCUMENT, {**owner, "doc_id": doc_id})
             deleted += 1
     return deleted
 
 
-def _find(conn: apsw.Connection, owner: Owner, kind: str, row_id: str) -> tuple[int | None, int]:
-    """The document's id and creation time ((None, 0) when absent); NotFound: not owned."""
+def _find(
+    conn: apsw.Connection, owner: Owner, kind: str, row_id: str
+) -> tuple[int | None, int, tuple[int, int]]:
+    """The document's id, creation time and stored BM25 lengths ((None, 0, (0, 0)) when
+    absent); NotFound: not owned."""
     row = conn.execute(SELECT_DOCUMENT, {**owner, "kind": kind, "row_id": row_id}).fetchone()
     if row is None:
         raise project_not_found(int(owner["project_id"]))
-    return row[0], row[1] or 0
+    return row[0], row[1] or 0, (row[2] or 0, row[3] or 0)
 
 
 def _insert(conn: apsw.Connection, sql: str, bindings: Owner) -> int:
@@ -239,7 +245,8 @@ def _write_one(
     conn: apsw.Connection, owner: Owner, write: DocumentWrite, index: VectorIndex, now: int
 ) -> Outcome:
     doc = write.document
-    doc_id, stored_created = _find(conn, owner, doc.kind, doc.row_id)
+    doc_id, stored_created, stored_lengths = _find(conn, owner, doc.kind, doc.row_id)
+    lengths = (content_length(doc.title, doc.path, doc.body), ngram_length(doc.ngrams))
     fields: Owner = {
         **owner,
         "title": doc.title,
@@ -251,8 +258,8 @@ def _write_one(
         "metadata": dump_json(dict(doc.metadata)),
         "updated_at": to_micros(doc.updated_at) if doc.updated_at else now,
         "content_hash": doc.content_hash,
-        "doc_len": content_length(doc.title, doc.path, doc.body),
-        "ngram_len": ngram_length(doc.ngrams),
+        "doc_len": lengths[0],
+        "ngram_len": lengths[1],
     }
     if doc_id is None:
         created = to_micros(doc.created_at) if doc.created_at else now
@@ -263,9 +270,11 @@ def _write_one(
         # A re-sent document without a creation time keeps the one it was created with.
         created = to_micros(doc.created_at) if doc.created_at else stored_created
         _delete_parts(conn, owner, doc_id, index)
+        postings.remove_document(conn, owner["project_id"], doc_id, stored_lengths)
         _insert(conn, UPDATE_DOCUMENT, {**fields, "created_at": created, "doc_id": doc_id})
-    content = f"{doc.title}\n{doc.path}\n{doc.body}"
+    content = postings.indexed_content(doc.title, doc.path, doc.body)
     conn.execute(INSERT_FTS, {**owner, "doc_id": doc_id, "content": content, "ngrams": doc.ngrams})
+    postings.add_document(conn, owner["project_id"], doc_id, (content, doc.ngrams), lengths)
     for chunk in write.chunks:
         chunk_id = _insert(
             conn,

@@ -1,0 +1,114 @@
+"""The lexical channel's own postings: one row per (project, column, term, document).
+
+FTS5 answers MATCH over the whole table, but BM25 over a scope needs each query term's
+frequency in each scope document, the document's length and the scope's statistics. Read
+from FTS5 (`fts5vocab instance`: one row per token occurrence, every project's) plus the
+documents table (whose lengths sit behind the body's overflow pages), that cost followed
+the whole table's occurrences: ~25 ms for a 3-word query at 100k chunks, most of it reading
+documents. `term_postings` is keyed by project first and carries the term frequency and the
+document length, so the statement reads only the scope's postings of the query's terms, in
+index order, and touches no document row; `lexical_stats` keeps each project's document
+count and summed lengths, so an unfiltered scope's N and avgdl are a few rows.
+
+Both are written in the transaction that writes the document (and its FTS5 row), from the
+same tokenizer FTS5 uses, so they never disagree with the index (tests/store compare them).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Iterable
+
+import apsw
+
+from service.projects.lexical_fts5 import CONTENT_COLUMN, NGRAMS_COLUMN
+
+# Column numbers in term_postings (the FTS5 column names cost bytes in every row).
+COLUMN_NUMBERS = {CONTENT_COLUMN: 0, NGRAMS_COLUMN: 1}
+TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))  # docs_fts's tokenize option
+
+INSERT_POSTING = """
+INSERT INTO term_postings (project_id, col, term, doc_id, tf, dl) VALUES (?, ?, ?, ?, ?, ?)"""
+DELETE_DOCUMENT_POSTINGS = "DELETE FROM term_postings WHERE project_id = ? AND doc_id = ?"
+DELETE_PROJECT_POSTINGS = "DELETE FROM term_postings WHERE project_id = ?"
+DELETE_PROJECT_STATS = "DELETE FROM lexical_stats WHERE project_id = ?"
+# n, sum_dl and sum_nl move by the difference a write makes to one document.
+ADD_STATS = """
+INSERT INTO lexical_stats (project_id, n, sum_dl, sum_nl) VALUES (?, ?, ?, ?)
+ON CONFLICT (project_id) DO UPDATE SET
+    n = n + excluded.n, sum_dl = sum_dl + excluded.sum_dl, sum_nl = sum_nl + excluded.sum_nl"""
+
+
+def indexed_content(title: str, path: str, body: str) -> str:
+    """The text of a document's FTS5 `content` column (and of its content postings)."""
+    return f"{title}\n{path}\n{body}"
+
+
+class Postings:
+    """Turns a document's indexed text into postings with FTS5's own tokenizer."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._tokenize = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1]))
+
+    def terms(self, text: str) -> Counter[str]:
+        """Each index term of `text` (as FTS5 stores it for a document) and its frequency."""
+        if not text:
+            return Counter()
+        tokens = self._tokenize(
+            text.encode(),
+            apsw.FTS5_TOKENIZE_DOCUMENT,
+            None,
+            include_offsets=False,
+            include_colocated=False,
+        )
+        return Counter(str(token) for token in tokens)
+
+    def rows(
+        self, project_id: int, doc_id: int, content: str, ngrams: str, lengths: tuple[int, int]
+    ) -> Iterable[tuple[int, int, str, int, int, int]]:
+        """term_postings rows of one document; `lengths` = (doc_len, ngram_len)."""
+        for column, text, length in (
+            (COLUMN_NUMBERS[CONTENT_COLUMN], content, lengths[0]),
+            (COLUMN_NUMBERS[NGRAMS_COLUMN], ngrams, lengths[1]),
+        ):
+            for term, tf in self.terms(text).items():
+                yield project_id, column, term, doc_id, tf, length
+
+
+_BY_CONNECTION: weakref.WeakKeyDictionary[apsw.Connection, Postings] = weakref.WeakKeyDictionary()
+
+
+def postings_of(conn: apsw.Connection) -> Postings:
+    """The connection's tokenizer (made once per connection: the writer's, a migration's)."""
+    found = _BY_CONNECTION.get(conn)
+    if found is None:
+        found = _BY_CONNECTION[conn] = Postings(conn)
+    return found
+
+
+def add_document(
+    conn: apsw.Connection,
+    project_id: int,
+    doc_id: int,
+    texts: tuple[str, str],
+    lengths: tuple[int, int],
+) -> None:
+    """Postings and statistics of a document just written (its old ones removed first)."""
+    rows = postings_of(conn).rows(project_id, doc_id, *texts, lengths)
+    conn.executemany(INSERT_POSTING, rows)
+    conn.execute(ADD_STATS, (project_id, 1, lengths[0], lengths[1]))
+
+
+def remove_document(
+    conn: apsw.Connection, project_id: int, doc_id: int, lengths: tuple[int, int]
+) -> None:
+    """Forget a document's postings and take it out of its project's statistics."""
+    conn.execute(DELETE_DOCUMENT_POSTINGS, (project_id, doc_id))
+    conn.execute(ADD_STATS, (project_id, -1, -lengths[0], -lengths[1]))
+
+
+def remove_project(conn: apsw.Connection, project_id: int) -> None:
+    """Forget every posting and the statistics of a project."""
+    conn.execute(DELETE_PROJECT_POSTINGS, (project_id,))
+    conn.execute(DELETE_PROJECT_STATS, (project_id,))
