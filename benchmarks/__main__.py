@@ -1,4 +1,5 @@
-"""`python -m benchmarks all|index|latency|load|scale|seed|relevance|fanout|scaleout|report`."""
+"""`python -m benchmarks all|index|latency|load|scale|seed|relevance|fanout|scaleout|peers|report`.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from benchmarks.plan import Plan, run_plan
 from benchmarks.workbench import STORES, log
 
 COMMANDS = ("all", "index", "latency", "load", "scale", "seed", "relevance", "fanout", "scaleout",
-            "report")
+            "peers", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="relevance: embed the collection again instead of reusing vectors "
                              "cached by an earlier run (benchmarks/.cache)")
     parser.add_argument("--with-1m", action="store_true",
-                        help="scale and scaleout: also grow to 1M chunks")
+                        help="scale, scaleout and peers: also grow to 1M chunks")
     parser.add_argument("--out", default="", help="directory for results.json and RESULTS.md "
                                                  "(default: benchmarks/)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (harness check)")

@@ -11,10 +11,12 @@ from typing import Any
 
 from benchmarks import index, latency, load, relevance, report, results, scale, seed
 from benchmarks.stamp import machine_stamp
-from benchmarks.workbench import Options, Workbench, log
+from benchmarks.workbench import LoadedCorpus, Options, Workbench, log
 
 HERE = Path(__file__).resolve().parent
-CORPUS_BENCHMARKS = ("latency", "scale", "seed", "load")
+CORPUS_BENCHMARKS = ("latency", "scale", "seed", "load", "peers")
+# Not part of `all`: the peers' index builds would add minutes per store to its time budget.
+NOT_IN_ALL = ("peers",)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Sizes:
     relevance_max_docs: int = 0
     relevance_max_queries: int = 0
     fanout_searches: int = 80
+    peers_queries: int = 100
     budget_seconds: float = 8.0  # per measured series; slow paths run fewer queries
 
     @classmethod
@@ -44,7 +47,7 @@ class Sizes:
                    seed_reps=2, seed_scale_queries=2, load_step_seconds=0.4, load_max_steps=2,
                    load_start_rps=5.0, index_synthetic_chunks=60, index_model_docs=4,
                    relevance_max_docs=60, relevance_max_queries=4, fanout_searches=4,
-                   budget_seconds=5.0)
+                   peers_queries=6, budget_seconds=5.0)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class Plan:
         if unknown:
             raise SystemExit(f"unknown store {unknown[0]!r}")
         out = Path(args.out) if args.out else HERE
-        everything = ("index", *CORPUS_BENCHMARKS, "relevance", "fanout", "scaleout")
+        everything = tuple(n for n in ("index", *CORPUS_BENCHMARKS, "relevance", "fanout",
+                                       "scaleout") if n not in NOT_IN_ALL)
         wanted = everything if args.command == "all" \
             else (() if args.command == "report" else (args.command,))
         return cls(
@@ -208,11 +212,14 @@ class _CorpusRows:
     scale: list[dict[str, Any]] = field(default_factory=list)
     seed: list[dict[str, Any]] = field(default_factory=list)
     load: list[dict[str, Any]] = field(default_factory=list)
+    peers: list[dict[str, Any]] = field(default_factory=list)
     loads: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def _corpus_benchmarks(bench: Workbench, plan: Plan, recorder: Recorder) -> None:
     log("== " + ", ".join(n for n in CORPUS_BENCHMARKS if n in plan.wanted))
+    if "peers" in plan.wanted:
+        import benchmarks.peers  # noqa: F401 - without the `peers` extra, fail before loading
     rows = _CorpusRows()
     sizes = plan.sizes
     if "seed" in plan.wanted:
@@ -238,6 +245,8 @@ async def _one_store(bench: Workbench, plan: Plan, store: str, rows: _CorpusRows
         if "scale" in plan.wanted:
             rows.scale += await scale.measure(corpus, sizes.scale_queries, sizes.budget_seconds)
     assert corpus is not None
+    if "peers" in plan.wanted:  # at the largest size only: the peers index what is there
+        rows.peers.append(await _peers(corpus, sizes))
     if "seed" in plan.wanted:
         rows.seed += await seed.at_scale(corpus, sizes.seed_scale_queries,
                                          budget=sizes.budget_seconds)
@@ -245,10 +254,19 @@ async def _one_store(bench: Workbench, plan: Plan, store: str, rows: _CorpusRows
         rows.load.append(await load.measure(
             corpus, seconds=sizes.load_step_seconds, max_steps=sizes.load_max_steps,
             start=sizes.load_start_rps))
-    if plan.with_1m and "scale" in plan.wanted:
+    if plan.with_1m and {"scale", "peers"} & set(plan.wanted):
         corpus = await bench.corpus(store, 1_000_000, sizes.projects)
-        rows.scale += await scale.measure(corpus, sizes.scale_queries, sizes.budget_seconds)
+        if "scale" in plan.wanted:
+            rows.scale += await scale.measure(corpus, sizes.scale_queries, sizes.budget_seconds)
+        if "peers" in plan.wanted:
+            rows.peers.append(await _peers(corpus, sizes))
     rows.loads += [{"store": store, "documents": r.documents, "chunks": r.chunks,
                     "seconds": r.seconds, "chunks_per_s": r.chunks_per_second}
                    for r in corpus.loads]
     await bench.release_corpus(store)
+
+
+async def _peers(corpus: LoadedCorpus, sizes: Sizes) -> dict[str, Any]:
+    from benchmarks import peers  # imports tantivy and lancedb (the `peers` extra)
+
+    return await peers.measure(corpus, sizes.peers_queries, sizes.budget_seconds)

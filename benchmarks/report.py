@@ -211,6 +211,12 @@ def _render_scaleout(data: Any) -> str:
     return render_scaleout(data)
 
 
+def _render_peers(data: Any) -> str:
+    from benchmarks.peers_report import render_peers  # it imports this module
+
+    return render_peers(data)
+
+
 SECTIONS: dict[str, tuple[str, str, Callable[[Any], str]]] = {
     "index": ("Indexing throughput (issue 3)",
               "UpsertDocuments through the server, empty database per row, 2 concurrent "
@@ -239,6 +245,11 @@ SECTIONS: dict[str, tuple[str, str, Callable[[Any], str]]] = {
     "scaleout": ("Scale-out (issue 9)",
                  "Service replicas over one PostgreSQL, and hash partitions by project "
                  "(SEARCH_PG_PARTITIONS); deterministic 384-d vectors.", _render_scaleout),
+    "peers": ("Peers: tantivy, LanceDB and exact numpy on the same data (issue 18)",
+              "The store's documents and chunks exported and indexed by each peer in the "
+              "harness process; every query on every engine and mode, interleaved (order "
+              "rotated per query); same scopes of 10 of 50 projects, page of 10.",
+              _render_peers),
 }
 
 

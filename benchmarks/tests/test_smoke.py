@@ -220,3 +220,34 @@ async def test_scaleout_measures_replicas_partitions_and_pruning(
             assert probe[plan_kind]["partition_scans_executed"] >= 1
         assert probe["auto"]["custom_plans"] + probe["auto"]["generic_plans"] >= 8
     assert "## Scale-out (issue 9)" in plan.markdown_path.read_text()
+
+
+async def test_peers_time_every_engine_on_the_same_data(tmp_path: Path, pg_dsn: str) -> None:
+    plan = _plan(tmp_path, "peers", pg_dsn)
+    assert await run_plan(plan) == []
+    stored = json.loads(plan.json_path.read_text())["benchmarks"]["peers"]
+    assert stored["stamp"]["commit"]
+    rows = stored["data"]["rows"]
+    assert [r["store"] for r in rows] == ["sqlite", "postgres"]
+    for row in rows:
+        assert row["exported"]["chunks"] == row["chunks"]  # the peers index what the store holds
+        # The statement alone is timed unless its internal builder changed shape (then why).
+        statement = row["engines"]["statement"]
+        assert statement["timed"] != bool(statement["skipped"]), statement
+        engines = ("lancedb", "store", "grpc") + (("statement",) if statement["timed"] else ())
+        series = {(s["engine"], s["mode"]): s for s in row["series"]}
+        assert set(series) == {("tantivy", "fts"), ("numpy", "vector")} | {
+            (e, m) for e in engines for m in MODES}
+        for (engine, _mode), one in series.items():
+            assert one["queries"] == row["queries"] == 6, one
+            assert one["latency"]["p50_ms"] > 0
+            assert (engine == "grpc") == ("server" in one)
+        # Both searched the same documents: some common results, and the same exact cosine.
+        assert row["overlap"]["tantivy_vs_store_fts"]["queries_with_overlap"] > 0, row["overlap"]
+        assert row["overlap"]["tantivy_vs_grpc_fts"]["queries_with_overlap"] > 0, row["overlap"]
+        assert row["overlap"]["numpy_vs_store_vector"]["mean"] > 0.8, row["overlap"]
+        assert set(row["ratios"]) == {"fts_store_over_tantivy", "fts_statement_over_tantivy",
+                                      "hybrid_server_over_lancedb", "vector_server_over_numpy"}
+        assert all(r["p50"] > 0 for r in row["ratios"].values())
+        assert len(row["load_average_before"]) == len(row["load_average_after"]) == 3
+    assert "## Peers: tantivy, LanceDB" in plan.markdown_path.read_text()

@@ -1,0 +1,208 @@
+"""The service's side of `peers` without gRPC: its store's one call per page, and the
+retrieval statement alone on a connection of the harness.
+
+The plan is built the way `service.projects.search.ProjectSearch` builds it (the request
+validated with the same defaults, the text compiled by the same parser, the server's own
+settings). The statement builders are internal and may change shape: the statement timing
+is optional, and a builder that is missing or refuses the plan is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncpg
+import numpy as np
+
+from benchmarks.client import Key
+from benchmarks.peers_engines import Query
+from service.context import DEFAULT_TENANT
+from service.embeddings.base import EmbeddingIdentity
+from service.projects.lexical import compile_query
+from service.projects.request import ProjectSearchRequest, RawFilters, validate
+from service.settings import Settings
+from service.store import sqlite_path
+from service.store.base import Mode, SearchPlan, Store
+
+# Imported with this module (so before the corpus is loaded): a store that does not import
+# fails the run at its start, not after minutes of loading.
+from service.store.postgres.store import PostgresStore
+from service.store.sqlite.store import SqliteStore
+
+PAGE_SIZE = 10
+
+
+def search_plan(
+    settings: Settings, identity: EmbeddingIdentity, query: Query, mode: Mode
+) -> SearchPlan:
+    """The first page's plan, as ProjectSearch.pages makes it for this request."""
+    valid = validate(
+        ProjectSearchRequest(
+            scope=query.scope,
+            text=query.text,
+            mode=mode,
+            filters=RawFilters(),
+            page_size=PAGE_SIZE,
+            page_token="",
+            max_pages=1,
+            include_chunks=False,
+            min_similarity=0.0,
+        )
+    )
+    vector = tuple(float(x) for x in query.vector) if valid.mode is not Mode.FTS else None
+    return SearchPlan(
+        tenant=DEFAULT_TENANT,
+        project_ids=valid.scope,
+        mode=valid.mode,
+        lexical=compile_query(valid.text) if valid.text.strip() else None,
+        query_vector=vector,
+        identity=identity,
+        filters=valid.filters,
+        limit=valid.page_size,
+        offset=0,
+        include_chunks=valid.include_chunks,
+        min_similarity=valid.min_similarity,
+        exact_scan_limit=settings.exact_scan_limit,
+        timeout=settings.project_search_timeout,
+        fusion=valid.fusion,
+        rrf_k=valid.rrf_k,
+        bm25_k1=settings.bm25_k1,
+        bm25_b=settings.bm25_b,
+    )
+
+
+async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
+    """A store of the harness on the server's database (no background index upkeep)."""
+    url = settings.database_url.reveal()
+    store: Store
+    if url:
+        store = PostgresStore(url, identity, max_size=2, ann_maintenance=False)
+    else:
+        store = SqliteStore(sqlite_path(url, settings.data_dir), identity)
+    await store.open()
+    return store
+
+
+async def store_search(store: Store, plan: SearchPlan) -> tuple[float, list[Key]]:
+    """`store.search(plan)`: seconds and the page's document keys."""
+    started = time.perf_counter()
+    page = await store.search(plan)
+    seconds = time.perf_counter() - started
+    return seconds, [(h.project_id, h.kind, h.row_id) for h in page.hits]
+
+
+class Statement(Protocol):
+    """The retrieval statement of a plan, run alone."""
+
+    description: str
+
+    async def run(self, plan: SearchPlan) -> float:
+        """Seconds to execute the statement and fetch its rows (building it not included)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+def _builder(module: object, name: str) -> Any:
+    # Looked up at run time: the builder is internal and is being reshaped (see the
+    # module docstring); a missing one is reported as the reason the timing was skipped.
+    found = getattr(module, name, None)
+    if not callable(found):
+        raise LookupError(f"{getattr(module, '__name__', module)}.{name} is not there")
+    return found
+
+
+class SqliteStatement:
+    """`service.store.sqlite.search.build(plan, index, checker)` on an apsw connection."""
+
+    description = "service.store.sqlite.search.build() executed on an apsw reader connection"
+
+    def __init__(self, path: Path) -> None:
+        from service.store.sqlite import search
+        from service.store.sqlite.connection import connect
+        from service.store.sqlite.lexical_check import Fts5Checker, register_functions
+        from service.store.sqlite.schema import SELECT_VECTOR_INDEX, VectorIndex
+
+        self._build = _builder(search, "build")
+        self._conn, support = connect(path, True, reader=True)
+        register_functions(self._conn)
+        row = self._conn.execute(SELECT_VECTOR_INDEX).fetchone()
+        usable = row is not None and support.loaded and not row[2]
+        self._index = VectorIndex(EmbeddingIdentity(row[0], row[1]) if row else None, usable)
+        self._checker = Fts5Checker()
+
+    async def run(self, plan: SearchPlan) -> float:
+        """Execute and fetch every row."""
+        sql, bindings = self._build(plan, self._index, self._checker)
+        started = time.perf_counter()
+        self._conn.execute(sql, bindings).fetchall()
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        """Close the connection."""
+        self._checker.close()
+        self._conn.close()
+
+
+class PostgresStatement:
+    """`service.store.postgres.search.build(plan)` numbered and run on an asyncpg connection
+    with the pool's session settings and codecs."""
+
+    description = (
+        "service.store.postgres.search.build() + search_sql.numbered(), "
+        "conn.fetch on an asyncpg connection with the pool's settings"
+    )
+
+    def __init__(self, conn: asyncpg.Connection, build: Any, numbered: Any) -> None:
+        self._conn = conn
+        self._build = build
+        self._numbered = numbered
+
+    @classmethod
+    async def open(cls, dsn: str) -> PostgresStatement:
+        """Connect as the service's pool does."""
+        from service.store.postgres import search, search_sql
+        from service.store.postgres.pool import PoolSettings, init_connection, server_settings
+
+        build, numbered = _builder(search, "build"), _builder(search_sql, "numbered")
+        conn = await asyncpg.connect(dsn, server_settings=server_settings(PoolSettings()))
+        await init_connection(conn)
+        return cls(conn, build, numbered)
+
+    async def run(self, plan: SearchPlan) -> float:
+        """Execute and fetch every row."""
+        sql, bindings = self._build(plan)
+        text, args = self._numbered(sql, bindings)
+        started = time.perf_counter()
+        await self._conn.fetch(text, *args, timeout=plan.timeout)
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self._conn.close()
+
+
+async def open_statement(
+    settings: Settings, identity: EmbeddingIdentity
+) -> tuple[Statement | None, str]:
+    """The statement runner for the store, tried once per mode; or None and why not."""
+    url = settings.database_url.reveal()
+    statement: Statement | None = None
+    try:
+        if url:
+            statement = await PostgresStatement.open(url)
+        else:
+            statement = SqliteStatement(sqlite_path(url, settings.data_dir))
+        probe = Query((1,), "probe words", np.zeros(identity.dimensions, dtype=np.float32))
+        probe.vector[0] = 1.0
+        for mode in Mode:
+            await statement.run(search_plan(settings, identity, probe, mode))
+    except Exception as error:  # an internal API that moved: skip the timing, say why
+        if statement is not None:
+            await statement.close()
+        return None, f"statement timing skipped: {type(error).__name__}: {error}"[:500]
+    return statement, ""
