@@ -19,6 +19,7 @@ from __future__ import annotations
 import weakref
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 import apsw
 
@@ -28,16 +29,31 @@ from service.projects.lexical_fts5 import CONTENT_COLUMN, NGRAMS_COLUMN
 COLUMN_NUMBERS = {CONTENT_COLUMN: 0, NGRAMS_COLUMN: 1}
 TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))  # docs_fts's tokenize option
 
-INSERT_POSTING = """
-INSERT INTO term_postings (project_id, col, term, doc_id, tf, dl) VALUES (?, ?, ?, ?, ?, ?)"""
-DELETE_DOCUMENT_POSTINGS = "DELETE FROM term_postings WHERE project_id = ? AND doc_id = ?"
-DELETE_PROJECT_POSTINGS = "DELETE FROM term_postings WHERE project_id = ?"
-DELETE_PROJECT_STATS = "DELETE FROM lexical_stats WHERE project_id = ?"
+# Like every statement keyed by a project id (writes.py, issue #8), each carries the tenant
+# and checks it itself: `?7` / `:tenant` is the owner.
+OWNED = "EXISTS (SELECT 1 FROM projects WHERE project_id = ?1 AND tenant = ?7)"
+INSERT_POSTING = f"""
+INSERT INTO term_postings (project_id, col, term, doc_id, tf, dl)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE {OWNED}"""
+OWNED_NAMED = "EXISTS (SELECT 1 FROM projects WHERE project_id = :project_id AND tenant = :tenant)"
+# INDEXED BY: without ANALYZE statistics SQLite prefers the key's project_id prefix, which
+# scans every posting of the project (35 ms per updated document at 3k documents).
+DELETE_DOCUMENT_POSTINGS = f"""
+DELETE FROM term_postings INDEXED BY term_postings_doc
+WHERE project_id = :project_id AND doc_id = :doc_id AND {OWNED_NAMED}"""  # noqa: S608
+DELETE_PROJECT_POSTINGS = (
+    f"DELETE FROM term_postings WHERE project_id = :project_id AND {OWNED_NAMED}"  # noqa: S608
+)
+DELETE_PROJECT_STATS = f"DELETE FROM lexical_stats WHERE project_id = :project_id AND {OWNED_NAMED}"  # noqa: S608
 # n, sum_dl and sum_nl move by the difference a write makes to one document.
-ADD_STATS = """
-INSERT INTO lexical_stats (project_id, n, sum_dl, sum_nl) VALUES (?, ?, ?, ?)
+ADD_STATS = f"""
+INSERT INTO lexical_stats (project_id, n, sum_dl, sum_nl)
+SELECT :project_id, :n, :sum_dl, :sum_nl WHERE {OWNED_NAMED}
 ON CONFLICT (project_id) DO UPDATE SET
     n = n + excluded.n, sum_dl = sum_dl + excluded.sum_dl, sum_nl = sum_nl + excluded.sum_nl"""
+# The migration's backfill (no tenant to check: it writes every project's rows).
+BACKFILL_POSTING = """
+INSERT INTO term_postings (project_id, col, term, doc_id, tf, dl) VALUES (?, ?, ?, ?, ?, ?)"""
 
 
 def indexed_content(title: str, path: str, body: str) -> str:
@@ -72,7 +88,7 @@ class Postings:
             (COLUMN_NUMBERS[CONTENT_COLUMN], content, lengths[0]),
             (COLUMN_NUMBERS[NGRAMS_COLUMN], ngrams, lengths[1]),
         ):
-            for term, tf in self.terms(text).items():
+            for term, tf in sorted(self.terms(text).items()):  # key order: fewer page moves
                 yield project_id, column, term, doc_id, tf, length
 
 
@@ -87,28 +103,49 @@ def postings_of(conn: apsw.Connection) -> Postings:
     return found
 
 
-def add_document(
-    conn: apsw.Connection,
-    project_id: int,
-    doc_id: int,
-    texts: tuple[str, str],
-    lengths: tuple[int, int],
-) -> None:
-    """Postings and statistics of a document just written (its old ones removed first)."""
-    rows = postings_of(conn).rows(project_id, doc_id, *texts, lengths)
-    conn.executemany(INSERT_POSTING, rows)
-    conn.execute(ADD_STATS, (project_id, 1, lengths[0], lengths[1]))
+Row = tuple[int, int, str, int, int, int]
 
 
-def remove_document(
-    conn: apsw.Connection, project_id: int, doc_id: int, lengths: tuple[int, int]
-) -> None:
-    """Forget a document's postings and take it out of its project's statistics."""
-    conn.execute(DELETE_DOCUMENT_POSTINGS, (project_id, doc_id))
-    conn.execute(ADD_STATS, (project_id, -1, -lengths[0], -lengths[1]))
+class Batch:
+    """The postings one write transaction adds, inserted together in key order at `flush`.
+
+    Sorted, a batch's postings of one term land next to each other in the index (~10-30%
+    less CPU than inserting document by document). A document written twice in one batch
+    keeps only its last postings: removing it drops the queued ones too. `owner` holds the
+    `project_id` and `tenant` every statement checks."""
+
+    def __init__(self, conn: apsw.Connection, owner: dict[str, Any]) -> None:
+        self._conn = conn
+        self._owner = owner
+        self._postings = postings_of(conn)
+        self._queued: dict[int, list[Row]] = {}
+
+    def add(self, doc_id: int, texts: tuple[str, str], lengths: tuple[int, int]) -> None:
+        """Queue a written document's postings and count it in its project's statistics."""
+        project_id = int(self._owner["project_id"])
+        self._queued[doc_id] = list(self._postings.rows(project_id, doc_id, *texts, lengths))
+        self._stats(1, lengths)
+
+    def remove(self, doc_id: int, lengths: tuple[int, int]) -> None:
+        """Forget a document's postings and take it out of its project's statistics."""
+        self._queued.pop(doc_id, None)
+        self._conn.execute(DELETE_DOCUMENT_POSTINGS, {**self._owner, "doc_id": doc_id})
+        self._stats(-1, (-lengths[0], -lengths[1]))
+
+    def flush(self) -> None:
+        """Insert what is queued (before the transaction commits)."""
+        rows = sorted(row for queued in self._queued.values() for row in queued)
+        self._queued.clear()
+        tenant = self._owner["tenant"]
+        self._conn.executemany(INSERT_POSTING, [(*row, tenant) for row in rows])
+
+    def _stats(self, n: int, lengths: tuple[int, int]) -> None:
+        self._conn.execute(
+            ADD_STATS, {**self._owner, "n": n, "sum_dl": lengths[0], "sum_nl": lengths[1]}
+        )
 
 
-def remove_project(conn: apsw.Connection, project_id: int) -> None:
+def remove_project(conn: apsw.Connection, owner: dict[str, Any]) -> None:
     """Forget every posting and the statistics of a project."""
-    conn.execute(DELETE_PROJECT_POSTINGS, (project_id,))
-    conn.execute(DELETE_PROJECT_STATS, (project_id,))
+    conn.execute(DELETE_PROJECT_POSTINGS, owner)
+    conn.execute(DELETE_PROJECT_STATS, owner)

@@ -52,7 +52,12 @@ def _backfill_lengths(conn: apsw.Connection) -> None:
 
 def _backfill_postings(conn: apsw.Connection) -> None:
     """Migration 4: term_postings and lexical_stats of every existing document, from the
-    same text and tokenizer as its FTS5 row (service.store.sqlite.postings)."""
+    same text and tokenizer as its FTS5 row (service.store.sqlite.postings).
+
+    Project by project (ascending, as the key begins), each project's postings are staged
+    in a temporary table and appended in key order: ~5x faster than inserting them where
+    they belong document by document. The document index is built afterwards, in one sort.
+    """
     from service.projects.lexical import script_ngrams
 
     conn.execute(
@@ -60,26 +65,40 @@ def _backfill_postings(conn: apsw.Connection) -> None:
         " SELECT project_id, count(*), sum(doc_len), sum(ngram_len) FROM documents"
         " GROUP BY project_id"
     )
+    conn.execute(
+        "CREATE TEMP TABLE postings_backfill (project_id INTEGER, col INTEGER, term TEXT,"
+        " doc_id INTEGER, tf INTEGER, dl INTEGER)"
+    )
     tokenizer = postings.postings_of(conn)
-    last = 0
-    while True:  # in batches: bodies are read into memory
-        rows = conn.execute(
-            "SELECT id, project_id, title, path, body, doc_len, ngram_len FROM documents"
-            " WHERE id > ? ORDER BY id LIMIT 500",
-            (last,),
-        ).fetchall()
-        if not rows:
-            return
-        for doc_id, project_id, title, path, body, doc_len, ngram_len in rows:
-            title, path, body = str(title), str(path), str(body)
-            content = postings.indexed_content(title, path, body)
-            ngrams = script_ngrams(f"{title} {body}")
-            lengths = (cast(int, doc_len), cast(int, ngram_len))
-            conn.executemany(
-                postings.INSERT_POSTING,
-                tokenizer.rows(cast(int, project_id), cast(int, doc_id), content, ngrams, lengths),
-            )
-        last = cast(int, rows[-1][0])
+    projects = [row[0] for row in conn.execute("SELECT DISTINCT project_id FROM documents")]
+    for project_id in sorted(cast(int, p) for p in projects):
+        last = 0
+        while True:  # in batches: bodies are read into memory
+            rows = conn.execute(
+                "SELECT id, title, path, body, doc_len, ngram_len FROM documents"
+                " WHERE project_id = ? AND id > ? ORDER BY id LIMIT 500",
+                (project_id, last),
+            ).fetchall()
+            if not rows:
+                break
+            for doc_id, title, path, body, doc_len, ngram_len in rows:
+                title, path, body = str(title), str(path), str(body)
+                content = postings.indexed_content(title, path, body)
+                # No n-grams counted at write time: none to index (the common case, and
+                # script_ngrams reads every character).
+                ngrams = script_ngrams(f"{title} {body}") if ngram_len else ""
+                lengths = (cast(int, doc_len), cast(int, ngram_len))
+                conn.executemany(
+                    "INSERT INTO temp.postings_backfill VALUES (?, ?, ?, ?, ?, ?)",
+                    tokenizer.rows(project_id, cast(int, doc_id), content, ngrams, lengths),
+                )
+            last = cast(int, rows[-1][0])
+        conn.execute(
+            "INSERT INTO term_postings SELECT * FROM temp.postings_backfill"
+            " ORDER BY project_id, col, term, doc_id"
+        )
+        conn.execute("DELETE FROM temp.postings_backfill")
+    conn.execute("DROP TABLE temp.postings_backfill")
 
 
 MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
@@ -193,7 +212,6 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
                 dl INTEGER NOT NULL,
                 PRIMARY KEY (project_id, col, term, doc_id)
             ) WITHOUT ROWID""",
-            "CREATE INDEX term_postings_doc ON term_postings (project_id, doc_id)",
             """CREATE TABLE lexical_stats (
                 project_id INTEGER PRIMARY KEY,
                 n INTEGER NOT NULL,
@@ -201,6 +219,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
                 sum_nl INTEGER NOT NULL
             )""",
             _backfill_postings,
+            "CREATE INDEX term_postings_doc ON term_postings (project_id, doc_id)",
         ),
     ),
 )

@@ -92,7 +92,10 @@ class SqliteStore:
         # Searches hold at most `readers` of these threads (in turns, see FairQueue); the
         # last one serves the small reads (scope checks, listings) however busy they are.
         self._readers = ConnectionPool(
-            self._path, load_vector_extension, reader=True, size=readers + 1,
+            self._path,
+            load_vector_extension,
+            reader=True,
+            size=readers + 1,
             name="sqlite-reader",
         )
         self._search_turns = FairQueue(readers, reason="READERS_BUSY", what="a reader thread")

@@ -149,7 +149,7 @@ def delete_project(
         if index.usable:
             conn.execute(DELETE_PROJECT_VEC, owner)
         conn.execute(DELETE_PROJECT_FTS, owner)
-        postings.remove_project(conn, project_id)
+        postings.remove_project(conn, owner)
         for statement in DELETE_PROJECT_ROWS:
             conn.execute(statement, owner)
     return int(row[0])
@@ -172,7 +172,10 @@ def write_documents(
     now = now_micros()
     owner: Owner = {"project_id": project_id, "tenant": tenant}
     with immediate(conn):
-        return [_write_one(conn, owner, write, index, now) for write in writes]
+        batch = postings.Batch(conn, owner)
+        outcomes = [_write_one(conn, owner, write, index, now, batch) for write in writes]
+        batch.flush()
+        return outcomes
 
 
 def delete_documents(
@@ -187,12 +190,13 @@ def delete_documents(
     with immediate(conn):  # the first document's lookup checks the tenant
         if not keys and conn.execute(SELECT_OWNED, owner).fetchone() is None:
             raise project_not_found(project_id)
+        batch = postings.Batch(conn, owner)
         for kind, row_id in dict.fromkeys(keys):
             doc_id, _, lengths = _find(conn, owner, kind, row_id)
             if doc_id is None:
                 continue
             _delete_parts(conn, owner, doc_id, index)
-            postings.remove_document(conn, project_id, doc_id, lengths)
+            batch.remove(doc_id, lengths)
             conn.execute(DELETE_DOCUMENT, {**owner, "doc_id": doc_id})
             deleted += 1
     return deleted
@@ -242,7 +246,12 @@ def _delete_parts(conn: apsw.Connection, owner: Owner, doc_id: int, index: Vecto
 
 
 def _write_one(
-    conn: apsw.Connection, owner: Owner, write: DocumentWrite, index: VectorIndex, now: int
+    conn: apsw.Connection,
+    owner: Owner,
+    write: DocumentWrite,
+    index: VectorIndex,
+    now: int,
+    batch: postings.Batch,
 ) -> Outcome:
     doc = write.document
     doc_id, stored_created, stored_lengths = _find(conn, owner, doc.kind, doc.row_id)
@@ -270,11 +279,11 @@ def _write_one(
         # A re-sent document without a creation time keeps the one it was created with.
         created = to_micros(doc.created_at) if doc.created_at else stored_created
         _delete_parts(conn, owner, doc_id, index)
-        postings.remove_document(conn, owner["project_id"], doc_id, stored_lengths)
+        batch.remove(doc_id, stored_lengths)
         _insert(conn, UPDATE_DOCUMENT, {**fields, "created_at": created, "doc_id": doc_id})
     content = postings.indexed_content(doc.title, doc.path, doc.body)
     conn.execute(INSERT_FTS, {**owner, "doc_id": doc_id, "content": content, "ngrams": doc.ngrams})
-    postings.add_document(conn, owner["project_id"], doc_id, (content, doc.ngrams), lengths)
+    batch.add(doc_id, (content, doc.ngrams), lengths)
     for chunk in write.chunks:
         chunk_id = _insert(
             conn,
