@@ -76,7 +76,9 @@ async def test_partitioned_schema_answers_like_the_plain_one(
         conn = await asyncpg.connect(dsn)
         try:
             rows = [tuple(r) for r in await conn.fetch(COUNT_PARTITIONS)]
-            assert rows == [(t, PARTITIONS) for t in ("chunks", "documents", "vectors")]
+            assert rows == [
+                (t, PARTITIONS) for t in ("chunks", "documents", "term_postings", "vectors")
+            ]
             # The HNSW index of the identity exists on the partitioned parent as well.
             hnsw = await conn.fetchval(
                 "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'vectors_hnsw_%'"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from service.embeddings.base import EmbeddingIdentity
 from service.projects.lexical import compile_query
 from service.store.base import Filters, Mode, SearchPlan
 from service.store.pages import knn_k
+from service.store.postgres import lexical_sql as lx
 from service.store.postgres import search_sql as q
 from service.store.postgres.search import KNN_MAX_K, build
 
@@ -50,3 +53,26 @@ def test_hnsw_arm_has_a_single_scope_predicate() -> None:
     sql, _ = build(_plan(Mode.VECTOR))
     knn = sql[sql.index("knn AS MATERIALIZED") : sql.index("chunk_sims AS MATERIALIZED")]
     assert knn.count("project_id = ANY(") == 1
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_lexical_statistics_come_from_lexical_stats_unless_filtered(filtered: bool) -> None:
+    filters = Filters(kinds=("note",)) if filtered else NO_FILTERS
+    sql, _ = build(_plan(Mode.FTS, filters))
+    assert (lx.ELIGIBLE_STATS in sql) is filtered
+    assert (lx.SCOPE_STATS in sql) is not filtered
+    assert (lx.ELIGIBLE_POSTINGS in sql) is filtered
+
+
+def test_word_queries_may_count_tiers_and_script_queries_match() -> None:
+    words, _ = build(_plan(Mode.FTS))
+    assert lx.LEX_SHAPE in words
+    assert lx.FTS_TIERED_BY_COUNT in words
+    plan = dataclasses.replace(_plan(Mode.FTS), lexical=compile_query("会議室 release"))
+    script, _ = build(plan)
+    assert lx.LEX_SHAPE not in script
+    assert lx.FTS_TIERED in script
+    # The postings drive both: no GIN candidate test over the whole table.
+    for sql in (words, script):
+        assert "words_any" not in sql
+        assert "term_postings" in sql

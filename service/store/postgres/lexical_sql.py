@@ -1,16 +1,18 @@
-"""CTE fragments of the lexical channel: tsquery parsing, candidates, BM25, relaxation.
+"""CTE fragments of the lexical channel: tsquery parsing, postings, BM25, relaxation.
 
 A query that does not parse becomes NULL (`search_try_tsquery`): a bad strict form falls
 back to the relaxed one, and with neither the channel is empty. Relaxation is tiered and
 decided over the whole scope, never per page: rows matching the strict form (tier 1) rank
 before rows matching only the relaxed one (tier 0), each tier by BM25 (as on SQLite).
+
+Everything is read from the scope's postings (service.store.postgres.postings): no GIN scan,
+whose matches would be every project's. Only documents holding a query term are looked up,
+and only when the query's shape needs their tsvectors to decide membership.
 """
 
 from __future__ import annotations
 
 from service.store.postgres.search_sql import IN_SCOPE
-
-_IN_SCOPE_D = IN_SCOPE.format(alias="d")
 
 LEXICAL_INPUT = """
 lex_parsed AS (
@@ -32,28 +34,94 @@ lex AS MATERIALIZED (
 ),"""
 # The query's positive terms (querytree drops negated ones), read back from tsquery text:
 # 'lexeme' with quotes doubled, then :* for a prefix. chan 0: english words over `fts`,
-# chan 1: script grams over `ngram_fts`. `tq` matches one term; `qany` ORs them (the
-# candidate test the GIN indexes answer) and lists the lexemes for setweight().
-QUERY_TERMS = r"""
+# chan 1: script grams over `ngram_fts`. `in_words` / `in_relaxed` say which form holds a
+# word, `alike` that it is a prefix everywhere or nowhere (LEX_SHAPE reads them).
+TERM_PATTERN = r"'''((?:[^'']|'''')+)''(:\*)?'"
+QUERY_TERMS = f"""
 qterms AS MATERIALIZED (
-    SELECT chan, lexeme, prefix,
-           ('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''''
-            || CASE WHEN prefix THEN ':*' ELSE '' END)::tsquery AS tq
+    SELECT chan, lexeme COLLATE "C" AS lexeme, prefix, in_words, in_relaxed, alike
     FROM (
         SELECT t.chan, replace(m[1], '''''', '''') AS lexeme,
-               bool_or(m[2] IS NOT NULL) AS prefix
+               bool_or(m[2] IS NOT NULL) AS prefix,
+               bool_or(t.form = 'w') AS in_words, bool_or(t.form = 'r') AS in_relaxed,
+               bool_and(m[2] IS NOT NULL) = bool_or(m[2] IS NOT NULL) AS alike
         FROM lex,
-             LATERAL (VALUES (0, querytree(lex.q_words)), (0, querytree(lex.q_relaxed)),
-                             (1, querytree(lex.q_script))) AS t(chan, tree),
-             LATERAL regexp_matches(t.tree, '''((?:[^'']|'''')+)''(:\*)?', 'g') AS m
+             LATERAL (VALUES (0, 'w', querytree(lex.q_words)), (0, 'r', querytree(lex.q_relaxed)),
+                             (1, 's', querytree(lex.q_script))) AS t(chan, form, tree),
+             LATERAL regexp_matches(t.tree, {TERM_PATTERN}, 'g') AS m
         GROUP BY t.chan, replace(m[1], '''''', '''')
     ) AS terms
-),
-qany AS MATERIALIZED (
-    SELECT (SELECT string_agg(tq::text, ' | ') FROM qterms WHERE chan = 0)::tsquery AS words_any,
-           (SELECT string_agg(tq::text, ' | ') FROM qterms WHERE chan = 1)::tsquery AS grams_any,
-           COALESCE((SELECT array_agg(lexeme) FROM qterms WHERE chan = 0), '{}') AS words,
-           COALESCE((SELECT array_agg(lexeme) FROM qterms WHERE chan = 1), '{}') AS grams
+),"""  # noqa: S608 - only constant fragments are interpolated
+# Each query term's postings in the scope (`{eligible}`: only the eligible documents when
+# there are filters), one row per document holding it. BM25 tf is the term's position
+# count (at most 256 per lexeme); a prefix term counts its exact lexeme, or 1 when the
+# document holds only longer lexemes (as when tf was read from the tsvector, which could not
+# list those cheaply). Byte order ("C") makes a prefix's lexemes one index range, grouped
+# by document. Each term is its own LATERAL index range: joined as plain tables, the
+# planner hashed the terms and read every posting of the scope against them.
+TERM_TF = f"""
+term_tf AS MATERIALIZED (
+    SELECT q.chan, q.lexeme, x.project_id, x.kind, x.row_id, x.dl, x.tf::float8 AS tf
+    FROM qterms AS q
+    CROSS JOIN LATERAL (
+        SELECT x.project_id, x.kind, x.row_id, x.dl, x.tf
+        FROM term_postings AS x
+        WHERE {IN_SCOPE.format(alias="x")} AND x.chan = q.chan AND x.lexeme = q.lexeme
+        OFFSET 0
+    ) AS x
+    WHERE NOT q.prefix{{eligible}}
+    UNION ALL
+    SELECT q.chan, q.lexeme, x.project_id, x.kind, x.row_id, x.dl, x.tf
+    FROM qterms AS q
+    CROSS JOIN LATERAL (
+        SELECT x.project_id, x.kind, x.row_id, max(x.dl) AS dl,
+               COALESCE(max(x.tf) FILTER (WHERE x.lexeme = q.lexeme), 1)::float8 AS tf
+        FROM term_postings AS x
+        WHERE {IN_SCOPE.format(alias="x")} AND x.chan = q.chan
+          AND x.lexeme >= q.lexeme AND x.lexeme < q.lexeme || chr(1114111)
+        GROUP BY x.project_id, x.kind, x.row_id
+    ) AS x
+    WHERE q.prefix{{eligible}}
+),"""  # noqa: S608 - only constant fragments are interpolated
+ELIGIBLE_POSTINGS = """
+      AND (x.project_id, x.kind, x.row_id) IN (SELECT project_id, kind, row_id FROM eligible)"""
+# Lucene's BM25 (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 and b from the plan) with N,
+# avgdl and df over the eligible scope; the SQLite store computes the same sum. `hits` is
+# how many query terms a document holds. The sum adds the terms in one order for every
+# document, so equal parts give equal scores (then ordered by identity), never an ulp apart.
+BM25 = """
+df AS MATERIALIZED (
+    SELECT chan, lexeme, count(*)::float8 AS df FROM term_tf GROUP BY chan, lexeme
+),{stats}
+scores AS MATERIALIZED (
+    SELECT t.project_id, t.kind, t.row_id, count(*) AS hits,
+           sum(ln(1.0 + (s.n - df.df + 0.5) / (df.df + 0.5))
+               * t.tf * (:bm25_k1::float8 + 1.0)
+               / (t.tf + :bm25_k1::float8 * (1.0 - :bm25_b::float8 + :bm25_b::float8 * t.dl
+                   / CASE WHEN t.chan = 0 THEN s.avgdl ELSE s.avgnl END))
+               ORDER BY t.chan, t.lexeme) AS score
+    FROM term_tf AS t
+    JOIN df ON df.chan = t.chan AND df.lexeme = t.lexeme
+    CROSS JOIN stats AS s
+    GROUP BY t.project_id, t.kind, t.row_id
+),"""
+# Unfiltered, N and the summed lengths are the scope projects' lexical_stats. sum(bigint) is
+# numeric, and numeric / numeric is the division avg(integer) ends with: the same doubles as
+# avg() over the eligible documents.
+SCOPE_STATS = """
+stats AS MATERIALIZED (
+    SELECT COALESCE(sum(s.n), 0)::float8 AS n,
+           COALESCE(NULLIF(sum(s.sum_dl) / NULLIF(sum(s.n), 0), 0), 1)::float8 AS avgdl,
+           COALESCE(NULLIF(sum(s.sum_nl) / NULLIF(sum(s.n), 0), 0), 1)::float8 AS avgnl
+    FROM lexical_stats AS s
+    WHERE s.project_id = ANY((SELECT ids FROM owned)::bigint[])
+),"""
+ELIGIBLE_STATS = """
+stats AS MATERIALIZED (
+    SELECT count(*)::float8 AS n,
+           COALESCE(NULLIF(avg(e.doc_len), 0), 1)::float8 AS avgdl,
+           COALESCE(NULLIF(avg(e.ngram_len), 0), 1)::float8 AS avgnl
+    FROM eligible AS e
 ),"""
 # Strict: the word query (neutral when stopwords emptied it beside script phrases) AND every
 # script phrase. Relaxed: words only.
@@ -61,81 +129,60 @@ STRICT_MATCH = """(lex.q_words IS NOT NULL OR lex.q_script IS NOT NULL)
            AND (lex.q_words IS NULL OR d.fts @@ lex.q_words
                 OR (numnode(lex.q_words) = 0 AND lex.q_script IS NOT NULL))
            AND (lex.q_script IS NULL OR d.ngram_fts @@ lex.q_script)"""
-# Every eligible document holding any query term, once per term it holds: strict and
-# relaxed matches are subsets, and document frequencies over the scope are counted among
-# them. The eligibility predicates are repeated (not joined to `eligible`) so a GIN bitmap
-# scan drives this. The candidates stream from the heap into the per-term LATERAL (OFFSET 0
-# keeps both from being flattened, which would let the planner rescan the candidates once
-# per term): materializing whole tsvectors first made a common-word query's candidates
-# (thousands of ~2 kB rows) spill to disk and be read back once per query term.
-# BM25 tf is the term's position count (at most 256 per lexeme); for a prefix term it
-# counts the exact lexeme, or 1 when only longer lexemes match (listing those would mean
-# unnesting every candidate's whole tsvector, ~20x slower). `*_terms` keep only the query's
-# exact lexemes with their positions (the documents' tsvectors carry no weights).
-CANDIDATES = f"""
-tf AS MATERIALIZED (
-    SELECT c.project_id, c.kind, c.row_id, c.strict_hit, c.relaxed_hit, t.chan, t.lexeme,
-           t.dl, t.tf
-    FROM (
-        SELECT d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len, d.fts, d.ngram_fts,
-               ts_filter(setweight(d.fts, 'A', (SELECT words FROM qany)), ARRAY['a']::"char"[])
-                   AS fts_terms,
-               ts_filter(setweight(d.ngram_fts, 'A', (SELECT grams FROM qany)),
-                         ARRAY['a']::"char"[]) AS ngram_terms,
-               COALESCE({STRICT_MATCH}, false) AS strict_hit,
+# Membership by the query itself: every match holds a query term, so the candidates are the
+# scored documents, each looked up by key (OFFSET 0 keeps the lookup a nested loop).
+FTS_BY_MATCH = f"""
+    SELECT s.project_id, s.kind, s.row_id, s.score AS fts_score,
+           CASE WHEN m.strict_hit THEN 1 ELSE 0 END AS tier
+    FROM scores AS s
+    CROSS JOIN lex
+    CROSS JOIN LATERAL (
+        SELECT COALESCE({STRICT_MATCH}, false) AS strict_hit,
                COALESCE(lex.q_relaxed IS NOT NULL AND d.fts @@ lex.q_relaxed, false)
                    AS relaxed_hit
         FROM documents AS d
-        CROSS JOIN lex
-        WHERE {_IN_SCOPE_D}
-          AND (d.fts @@ (SELECT words_any FROM qany)
-               OR d.ngram_fts @@ (SELECT grams_any FROM qany))
-          {{filters}}
+        WHERE d.project_id = s.project_id AND d.kind = s.kind AND d.row_id = s.row_id
+          AND d.project_id = ANY(:scope::bigint[])
         OFFSET 0
-    ) AS c
-    CROSS JOIN LATERAL (
-        SELECT q.chan, q.lexeme,
-               CASE WHEN q.chan = 0 THEN c.doc_len ELSE c.ngram_len END AS dl,
-               GREATEST(1, COALESCE((
-                   SELECT array_length(u.positions, 1)
-                   FROM unnest(CASE WHEN q.chan = 0 THEN c.fts_terms ELSE c.ngram_terms END) AS u
-                   WHERE u.lexeme = q.lexeme), 0))::float8 AS tf
-        FROM qterms AS q
-        WHERE (q.chan = 0 AND c.fts @@ q.tq) OR (q.chan = 1 AND c.ngram_fts @@ q.tq)
-        OFFSET 0
-    ) AS t
-),"""  # noqa: S608 - only constant fragments are interpolated
-# Lucene's BM25 (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 and b from the plan) with N,
-# avgdl and df over the eligible scope; the SQLite store computes the same sum.
-BM25 = f"""
-df AS MATERIALIZED (SELECT chan, lexeme, count(*)::float8 AS df FROM tf GROUP BY chan, lexeme),
-stats AS MATERIALIZED (
-    SELECT count(*)::float8 AS n,
-           COALESCE(NULLIF(avg(d.doc_len), 0), 1)::float8 AS avgdl,
-           COALESCE(NULLIF(avg(d.ngram_len), 0), 1)::float8 AS avgnl
-    FROM documents AS d
-    WHERE {_IN_SCOPE_D}
-      {{filters}}
-),
-scores AS MATERIALIZED (
-    SELECT tf.project_id, tf.kind, tf.row_id,
-           bool_or(tf.strict_hit) AS strict_hit, bool_or(tf.relaxed_hit) AS relaxed_hit,
-           sum(ln(1.0 + (s.n - df.df + 0.5) / (df.df + 0.5))
-               * tf.tf * (:bm25_k1::float8 + 1.0)
-               / (tf.tf + :bm25_k1::float8 * (1.0 - :bm25_b::float8 + :bm25_b::float8 * tf.dl
-                   / CASE WHEN tf.chan = 0 THEN s.avgdl ELSE s.avgnl END))) AS score
-    FROM tf
-    JOIN df ON df.chan = tf.chan AND df.lexeme = tf.lexeme
-    CROSS JOIN stats AS s
-    GROUP BY tf.project_id, tf.kind, tf.row_id
-),"""  # noqa: S608 - only constant fragments are interpolated
-FTS_TIERED = """
-fts AS MATERIALIZED (
-    SELECT project_id, kind, row_id, score AS fts_score,
-           CASE WHEN strict_hit THEN 1 ELSE 0 END AS tier
-    FROM scores
-    WHERE strict_hit OR relaxed_hit
+    ) AS m
+    WHERE (m.strict_hit OR m.relaxed_hit)"""  # noqa: S608 - only constant fragments are interpolated
+FTS_TIERED = f"""
+fts AS MATERIALIZED ({FTS_BY_MATCH}
 ),"""
+# Shapes whose membership is counted, not matched: the word form is an AND or an OR of
+# plain terms (no NOT, no phrase, no script phrase), and the relaxed form, if any, an OR of
+# the same terms (natural language, or the relaxed form when the strict one did not parse),
+# each term a prefix everywhere or nowhere. Holding a term is then matching it: a strict
+# match holds `strict_at` terms (all of them for an AND, one for an OR), and with a relaxed
+# form every holder of a term is a relaxed match. No tsvector is read. The forms are tested
+# as written (`::text`): querytree() would hide a negation.
+_PLAIN = f"regexp_replace(lex.{{form}}::text, {TERM_PATTERN}, '', 'g') ~ '^[ {{op}}()]*$'"
+LEX_SHAPE = f"""
+lex_shape AS MATERIALIZED (
+    SELECT lex.q_script IS NULL AND lex.q_words IS NOT NULL AND (words_and OR words_or)
+           AND (lex.q_relaxed IS NULL OR {_PLAIN.format(form="q_relaxed", op="|")})
+           AND COALESCE((
+               SELECT bool_and(in_words AND (lex.q_relaxed IS NULL OR in_relaxed) AND alike)
+               FROM qterms), false) AS by_count,
+           CASE WHEN words_and THEN (SELECT count(*) FROM qterms) ELSE 1 END AS strict_at,
+           lex.q_relaxed IS NOT NULL AS any_term
+    FROM lex
+    CROSS JOIN LATERAL (
+        SELECT {_PLAIN.format(form="q_words", op="&")} AS words_and,
+               {_PLAIN.format(form="q_words", op="|")} AS words_or
+    ) AS shape
+),"""  # noqa: S608 - only constant fragments are interpolated
+# Either arm runs, by a one-time condition.
+FTS_TIERED_BY_COUNT = f"""
+fts AS MATERIALIZED (
+    SELECT s.project_id, s.kind, s.row_id, s.score AS fts_score,
+           CASE WHEN s.hits >= (SELECT strict_at FROM lex_shape) THEN 1 ELSE 0 END AS tier
+    FROM scores AS s
+    WHERE (SELECT by_count FROM lex_shape)
+      AND ((SELECT any_term FROM lex_shape) OR s.hits >= (SELECT strict_at FROM lex_shape))
+    UNION ALL{FTS_BY_MATCH}
+      AND NOT (SELECT by_count FROM lex_shape)
+),"""  # noqa: S608 - only constant fragments are interpolated
 RELAXED_FLAG = "((SELECT relaxed_always FROM lex) OR EXISTS (SELECT 1 FROM fts WHERE tier = 0))"
 FTS_ALL = """
 fts AS (SELECT project_id, kind, row_id, 0.0::float8 AS fts_score, 1 AS tier FROM eligible),"""

@@ -183,6 +183,70 @@ BEGIN
 END
 $do$"""
 
+# The lexical channel's postings (service.store.postgres.lexical_sql): one row per document
+# and lexeme of its `fts` (chan 0) or `ngram_fts` (chan 1), with the lexeme's position count
+# (tsvector keeps at most 256 positions; a lexeme without positions counts 1) and the
+# document's length in that channel. Keyed by project first, lexemes in byte order, so a
+# query term's postings in a scope are one index range per project; the second index serves
+# the delete of one document's postings. No foreign key: its check would cost one lookup per
+# posting, and every write deletes a document's postings with the document itself.
+# Partitioned like `documents` (read from the catalog, since partitioning is decided when
+# migration 1 creates the schema; see `partitioned`).
+_TERM_POSTINGS = """
+DO $do$
+DECLARE
+    parts integer := (
+        SELECT count(*) FROM pg_inherits AS i JOIN pg_partitioned_table AS t
+          ON t.partrelid = i.inhparent
+        WHERE i.inhparent = 'documents'::regclass
+    );
+    columns text := $cols$(
+        project_id bigint NOT NULL,
+        chan       smallint NOT NULL,
+        lexeme     text COLLATE "C" NOT NULL,
+        kind       text NOT NULL,
+        row_id     text NOT NULL,
+        tf         integer NOT NULL,
+        dl         integer NOT NULL,
+        PRIMARY KEY (project_id, chan, lexeme, kind, row_id)
+    )$cols$;
+BEGIN
+    IF parts = 0 THEN
+        EXECUTE 'CREATE TABLE term_postings ' || columns;
+    ELSE
+        EXECUTE 'CREATE TABLE term_postings ' || columns || ' PARTITION BY HASH (project_id)';
+        FOR i IN 0 .. parts - 1 LOOP
+            EXECUTE format(
+                'CREATE TABLE term_postings_p%s PARTITION OF term_postings '
+                'FOR VALUES WITH (MODULUS %s, REMAINDER %s)', i, parts, i);
+        END LOOP;
+    END IF;
+END
+$do$"""
+_TERM_POSTINGS_DOCUMENT = """
+CREATE INDEX term_postings_document_idx ON term_postings (project_id, kind, row_id)"""
+# Per project: documents, summed `doc_len` and `ngram_len` (N and the mean lengths of an
+# unfiltered scope); moved by each write by the difference it makes.
+_LEXICAL_STATS = """
+CREATE TABLE lexical_stats (
+    project_id bigint PRIMARY KEY REFERENCES projects (project_id) ON DELETE CASCADE,
+    n          bigint NOT NULL,
+    sum_dl     bigint NOT NULL,
+    sum_nl     bigint NOT NULL
+)"""
+BACKFILL_POSTINGS = """
+INSERT INTO term_postings (project_id, chan, lexeme, kind, row_id, tf, dl)
+SELECT d.project_id, 0, u.lexeme, d.kind, d.row_id, COALESCE(array_length(u.positions, 1), 1),
+       d.doc_len
+FROM documents AS d CROSS JOIN LATERAL unnest(d.fts) AS u
+UNION ALL
+SELECT d.project_id, 1, u.lexeme, d.kind, d.row_id, COALESCE(array_length(u.positions, 1), 1),
+       d.ngram_len
+FROM documents AS d CROSS JOIN LATERAL unnest(d.ngram_fts) AS u"""
+BACKFILL_STATS = """
+INSERT INTO lexical_stats (project_id, n, sum_dl, sum_nl)
+SELECT project_id, count(*), sum(doc_len), sum(ngram_len) FROM documents GROUP BY project_id"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -205,6 +269,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(2, "rate_limits", (_RATE_LIMITS,)),
+    Migration(
+        3,
+        "term_postings, lexical_stats",
+        (
+            _TERM_POSTINGS,
+            _TERM_POSTINGS_DOCUMENT,
+            _LEXICAL_STATS,
+            BACKFILL_POSTINGS,
+            BACKFILL_STATS,
+        ),
+    ),
 )
 
 # Hash partitioning by project_id (SEARCH_PG_PARTITIONS, fixed when the schema is created):
@@ -225,7 +300,11 @@ _PARTITION_INLINE = "ALTER TABLE documents_p{index} SET (toast_tuple_target = 81
 
 
 def partitioned(migration: Migration, partitions: int) -> Migration:
-    """`migration` with documents, chunks and vectors hash-partitioned (0: unchanged)."""
+    """`migration` with documents, chunks and vectors hash-partitioned (0: unchanged).
+
+    Only migration 1 is rewritten: later migrations that add content tables partition them
+    like `documents` themselves, from the catalog (a schema keeps the partitioning it was
+    created with, whatever the setting says later)."""
     if partitions == 0 or migration.version != 1:
         return migration
     tables = dict(zip((_DOCUMENTS, _CHUNKS, _VECTORS), PARTITIONED_TABLES, strict=True))

@@ -10,6 +10,7 @@ import asyncpg
 from service import errors
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import EmbeddingCounts, ProjectRecord, ProjectStatus
+from service.store.postgres import postings
 from service.store.postgres.codecs import clean_text
 from service.store.postgres.pool import Conn
 
@@ -31,14 +32,16 @@ ORDER BY project_id"""  # noqa: S608 - only constant fragments are interpolated
 # Taken first: the project's in-flight upserts (which hold it FOR KEY SHARE) finish and new
 # ones wait, so the cascade below does not meet them half-way.
 LOCK_PROJECT = "SELECT 1 FROM projects WHERE tenant = $1 AND project_id = $2 FOR UPDATE"
-DELETE_PROJECT = """
+# Postings have no foreign key (see migrations): they go here, statistics by cascade.
+DELETE_PROJECT = f"""
 WITH deleted AS (
     DELETE FROM projects WHERE tenant = $1 AND project_id = $2 RETURNING project_id
+), unposted AS ({postings.DELETE_PROJECT_POSTINGS}
 )
 SELECT EXISTS (SELECT 1 FROM deleted) AS found,
        (SELECT count(*) FROM documents AS d
         WHERE d.project_id = $2 AND d.project_id IN (SELECT project_id FROM deleted))
-           AS documents"""
+           AS documents"""  # noqa: S608 - only constant fragments are interpolated
 STATUS_PROJECTS = f"""
 SELECT {PROJECT_COLUMNS},
        (SELECT count(*) FROM documents AS d WHERE d.project_id = p.project_id) AS documents,

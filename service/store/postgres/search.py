@@ -30,14 +30,22 @@ _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
 
 def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, Any]]:
-    """The lexical CTEs, the page's relaxation flag expression, and their bindings."""
+    """The lexical CTEs, the page's relaxation flag expression, and their bindings.
+
+    Term statistics come from the eligible documents when there are `filters`, else from
+    the scope projects' lexical_stats (the same numbers without reading any document)."""
     lexical = plan.lexical
     if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
         return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
-    candidates = lx.CANDIDATES.format(filters=filters)
-    bm25 = lx.BM25.format(filters=filters)
-    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, candidates, bm25, lx.FTS_TIERED]
+    postings = lx.TERM_TF.format(eligible=lx.ELIGIBLE_POSTINGS if filters else "")
+    bm25 = lx.BM25.format(stats=lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS)
+    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, postings, bm25]
+    if lexical.script_tsquery is None:
+        # Words only: the tiers may be counted (LEX_SHAPE checks the parsed forms).
+        ctes += [lx.LEX_SHAPE, lx.FTS_TIERED_BY_COUNT]
+    else:
+        ctes.append(lx.FTS_TIERED)
     bindings = {
         "tsq": lexical.tsquery,
         "script_tsq": lexical.script_tsquery,

@@ -19,6 +19,7 @@ from service import errors
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import ChunkInput, DocKey, DocumentWrite, Outcome, project_not_found
 from service.store.lengths import content_length, ngram_length
+from service.store.postgres import postings
 from service.store.postgres.codecs import clean_text, metadata_json, utc
 from service.store.postgres.migrations import FTS_BODY_CHARS, FTS_NGRAM_CHARS
 from service.store.postgres.pool import Conn
@@ -41,14 +42,21 @@ FROM (
     ORDER BY h
     OFFSET 0
 ) AS s"""
-# Chunks and vectors go with their document (ON DELETE CASCADE).
-DELETE_DOCUMENTS_RETURNING = """
-DELETE FROM documents AS d
-USING unnest($2::text[], $3::text[]) AS k(kind, row_id), projects AS p
-WHERE d.project_id = $1 AND d.kind = k.kind AND d.row_id = k.row_id
-  AND p.project_id = d.project_id AND p.tenant = $4
-RETURNING d.kind, d.row_id, d.created_at"""
+# Chunks and vectors go with their document (ON DELETE CASCADE), postings in the same
+# statement; the lengths say what the documents leave of the project's lexical_stats.
+DELETE_DOCUMENTS_RETURNING = f"""
+WITH deleted AS (
+    DELETE FROM documents AS d
+    USING unnest($2::text[], $3::text[]) AS k(kind, row_id), projects AS p
+    WHERE d.project_id = $1 AND d.kind = k.kind AND d.row_id = k.row_id
+      AND p.project_id = d.project_id AND p.tenant = $4
+    RETURNING d.project_id, d.kind, d.row_id, d.created_at, d.doc_len, d.ngram_len
+), unposted AS ({postings.DELETE_POSTINGS_OF.format(source="deleted")}
+)
+SELECT kind, row_id, created_at, doc_len, ngram_len FROM deleted"""  # noqa: S608 - only constant fragments are interpolated
+# The documents and their postings, made from the tsvectors just stored.
 INSERT_DOCUMENTS = f"""
+WITH inserted AS (
 INSERT INTO documents (
     project_id, kind, row_id, title, path, body, category, note_type, metadata,
     created_at, updated_at, content_hash, fts, ngram_fts, doc_len, ngram_len)
@@ -68,7 +76,11 @@ CROSS JOIN LATERAL (
                        || left(t.body, {FTS_BODY_CHARS})) AS fts,
            to_tsvector('simple', left(t.ngrams, {FTS_NGRAM_CHARS})) AS ngram_fts
 ) AS v
-WHERE p.project_id = $1 AND p.tenant = $16"""  # noqa: S608 - only constant fragments are interpolated
+WHERE p.project_id = $1 AND p.tenant = $16
+RETURNING project_id, kind, row_id, fts, ngram_fts, doc_len, ngram_len
+), posted AS ({postings.POSTINGS_OF.format(source="inserted")}
+)
+SELECT count(*) FROM inserted"""  # noqa: S608 - only constant fragments are interpolated
 CHUNK_COLUMNS = ("project_id", "kind", "row_id", "chunk_index", "text", "source_hash")
 VECTOR_COLUMNS = (
     "project_id",
@@ -81,17 +93,20 @@ VECTOR_COLUMNS = (
     "state",
     "embedding",
 )
-# `owned` tells a project of another tenant (0) from documents that are not there.
-DELETE_DOCUMENTS = """
+# `owned` tells a project of another tenant (0) from documents that are not there. Postings
+# and statistics move in the same statement (only for documents the tenant's delete found).
+DELETE_DOCUMENTS = f"""
 WITH owner AS (
     SELECT project_id FROM projects WHERE project_id = $1 AND tenant = $2
 ), deleted AS (
     DELETE FROM documents AS d
     USING unnest($3::text[], $4::text[]) AS k(kind, row_id), owner AS o
     WHERE d.project_id = o.project_id AND d.kind = k.kind AND d.row_id = k.row_id
-    RETURNING 1
+    RETURNING d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len
+), unposted AS ({postings.DELETE_POSTINGS_OF.format(source="deleted")}
+), moved AS ({postings.SUBTRACT_STATS}
 )
-SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM deleted) AS deleted"""
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM deleted) AS deleted"""  # noqa: S608 - only constant fragments are interpolated
 # One row per found document, or one all-NULL row when the tenant's project has none of
 # them; no row at all when the project is not the tenant's.
 DOCUMENT_HASHES = """
@@ -246,20 +261,31 @@ async def write_documents(
         if created_column[position] is None and key in created_before:
             created_column[position] = created_before[key]
     try:
-        status = await conn.execute(INSERT_DOCUMENTS, project_id, *batch.columns, tenant)
+        inserted = await conn.fetchval(INSERT_DOCUMENTS, project_id, *batch.columns, tenant)
     except asyncpg.ForeignKeyViolationError as exc:
         raise project_not_found(project_id) from exc
-    if _count(status) != len(batch.keys):  # the project changed hands or went away meanwhile
+    if inserted != len(batch.keys):  # the project changed hands or went away meanwhile
         raise project_not_found(project_id)
     if batch.chunks:
         await conn.copy_records("chunks", CHUNK_COLUMNS, batch.chunks)
     if batch.vectors:
         await conn.copy_records("vectors", VECTOR_COLUMNS, batch.vectors)
+    await _move_stats(conn, (tenant, project_id), batch, old)
     return _outcomes(writes, set(created_before))
 
 
-def _count(status: str) -> int:
-    return int(status.rsplit(" ", 1)[-1])
+async def _move_stats(
+    conn: Conn, project: tuple[str, int], batch: _Batch, old: Sequence[Any]
+) -> None:
+    """lexical_stats by what the batch changed (no row lock when it changed nothing)."""
+    change = (
+        len(batch.keys) - len(old),
+        sum(batch.columns[12]) - sum(r["doc_len"] for r in old),
+        sum(batch.columns[13]) - sum(r["ngram_len"] for r in old),
+    )
+    if any(change):
+        tenant, project_id = project
+        await conn.execute(postings.ADD_STATS, project_id, *change, tenant)
 
 
 async def delete_documents(conn: Conn, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:
