@@ -19,7 +19,7 @@ from __future__ import annotations
 
 ELIGIBLE = """
 eligible AS MATERIALIZED (
-    SELECT d.id AS doc_id, d.project_id, d.kind, d.row_id, d.doc_len, d.ngram_len
+    SELECT d.id AS doc_id, d.project_id
     FROM projects AS p
     JOIN documents AS d ON d.project_id = p.project_id
     WHERE p.tenant = :tenant
@@ -116,11 +116,14 @@ scope_stats AS MATERIALIZED (
     FROM lexical_stats
     WHERE project_id IN (SELECT project_id FROM lex_scope)
 )"""
+# The lengths sit behind each document's body (its overflow pages): read only here, for a
+# filtered lexical search. `eligible` itself carries ids only (selecting the lengths there
+# made every VECTOR search read every scope document's body: 11.5 against 4 ms at 7.5k).
 ELIGIBLE_STATS = """
 scope_stats AS MATERIALIZED (
-    SELECT COUNT(*) AS n, COALESCE(NULLIF(AVG(doc_len), 0), 1.0) AS avgdl,
-           COALESCE(NULLIF(AVG(ngram_len), 0), 1.0) AS avgnl
-    FROM eligible
+    SELECT COUNT(*) AS n, COALESCE(NULLIF(AVG(d.doc_len), 0), 1.0) AS avgdl,
+           COALESCE(NULLIF(AVG(d.ngram_len), 0), 1.0) AS avgnl
+    FROM eligible AS e CROSS JOIN documents AS d ON d.id = e.doc_id
 )"""
 
 # Membership: the strict form, and the relaxed any-word form. Every match holds one of the
