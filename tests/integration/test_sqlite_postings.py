@@ -216,3 +216,31 @@ def _tier_runs(order: list[tuple[float, int, str, str]]) -> list[list[tuple[floa
         runs[-1].append(item)
     assert len(runs) <= 2
     return runs
+
+
+@pytest.mark.parametrize("mode", [Mode.VECTOR, Mode.HYBRID])
+@pytest.mark.parametrize("filtered", [False, True])
+async def test_knn_path_keeps_to_owned_projects(
+    sqlite_corpus: tuple[Corpus, Path], mode: Mode, filtered: bool
+) -> None:
+    """vec0 searches the scope's partitions unchecked; the tenant check on its candidates
+    (the owned scope projects, or the eligible set with filters) keeps a stranger's out."""
+    corpus, _ = sqlite_corpus
+    mine = [p.project_id for p in await corpus.projects(2)]
+    for project in mine:
+        await corpus.write(project, [Doc("note", "1", "galaxy redshift"), Doc("issue", "2", "x")])
+    stranger = await corpus.project("elsewhere", tenant="other-tenant")
+    await corpus.write(stranger.project_id, [Doc("note", "1", "galaxy redshift redshift")])
+    filters = Filters(kinds=("note",)) if filtered else Filters()
+    plan = await corpus.plan(
+        [*mine, stranger.project_id],
+        mode,
+        "galaxy redshift",
+        filters=filters,
+        exact_scan_limit=0,
+    )
+    page = await corpus.store.search(plan)
+    assert not page.ranking_is_exact
+    assert {h.project_id for h in page.hits} == set(mine)
+    if filtered:
+        assert {h.kind for h in page.hits} == {"note"}

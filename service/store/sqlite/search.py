@@ -148,7 +148,8 @@ def build(
     if semantic:
         if index.usable and index.identity == plan.identity:
             count = q.VECTOR_COUNT if filters else q.VECTOR_COUNT_SCOPE
-            ctes += [count, q.KNN, q.EXACT_OR_KNN_SIMS]
+            knn_eligible = q.KNN_ELIGIBLE if filters else q.KNN_OWNED
+            ctes += [count, q.KNN, q.EXACT_OR_KNN_SIMS.format(knn_eligible=knn_eligible)]
             exact = q.EXACT_BY_COUNT
         else:
             ctes.append(q.EXACT_SIMS)
