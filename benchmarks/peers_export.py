@@ -25,9 +25,9 @@ from service.embeddings.base import EmbeddingIdentity
 
 FETCH_ROWS = 10_000
 
-SQLITE_DOCUMENTS = """
+DOCUMENTS = """
 SELECT project_id, kind, row_id, title, path, body FROM documents
-ORDER BY project_id, kind, row_id"""
+ORDER BY project_id, kind, row_id"""  # the same on both stores
 SQLITE_CHUNKS = """
 SELECT d.project_id, d.kind, d.row_id, c.text, v.embedding
 FROM chunks AS c
@@ -35,9 +35,6 @@ JOIN documents AS d ON d.id = c.document_id
 JOIN vectors AS v ON v.chunk_id = c.id
 WHERE v.model = ? AND v.dimensions = ? AND v.state = 'ready' AND v.source_hash = c.source_hash
 ORDER BY d.project_id, d.kind, d.row_id, c.chunk_index"""
-POSTGRES_DOCUMENTS = """
-SELECT project_id, kind, row_id, title, path, body FROM documents
-ORDER BY project_id, kind, row_id"""
 POSTGRES_CHUNKS = """
 SELECT c.project_id, c.kind, c.row_id, c.text, v.embedding
 FROM chunks AS c
@@ -106,7 +103,7 @@ def export_sqlite(path: Path, identity: EmbeddingIdentity) -> Exported:
     try:
         out = Exported(identity.dimensions)
         with conn:  # one read transaction: documents and chunks of the same snapshot
-            out.add_documents(conn.execute(SQLITE_DOCUMENTS))
+            out.add_documents(conn.execute(DOCUMENTS))
             index = {key: i for i, key in enumerate(out.keys)}
             cursor = conn.execute(SQLITE_CHUNKS, (identity.model, identity.dimensions))
             while rows := _take(cursor, FETCH_ROWS):
@@ -135,7 +132,7 @@ async def export_postgres(dsn: str, identity: EmbeddingIdentity) -> Exported:
         )
         out = Exported(identity.dimensions)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
-            out.add_documents(await conn.fetch(POSTGRES_DOCUMENTS))
+            out.add_documents(await conn.fetch(DOCUMENTS))
             index = {key: i for i, key in enumerate(out.keys)}
             cursor = await conn.cursor(POSTGRES_CHUNKS, identity.model, identity.dimensions)
             while rows := await cursor.fetch(FETCH_ROWS):

@@ -25,36 +25,17 @@ from service.store.base import Filters, Mode, SearchPlan
 from service.store.postgres import PostgresStore
 from service.store.postgres import lexical_sql as lx
 from service.store.postgres.search_sql import numbered
-from tests.integration.conftest import Corpus, Doc
+from tests.integration.conftest import Corpus
 from tests.support.pg import fresh_database
 from tests.support.pg_postings import old_fts_statement, postings_and_stats
+from tests.support.postings_corpus import (
+    QUERIES,
+    random_writes,
+    scored_projects,
+    write_random_documents,
+)
 
 pytestmark = pytest.mark.postgres
-
-WORDS = [
-    *("deploy", "deployment", "freeze", "friday", "release", "rollback", "runbook"),
-    *("star", "starts", "start", "stare", "config.json", "el/1", "70803", "C++"),
-    *("café", "naïve", "résumé", "O'Reilly", "東京の会議", "会議室", "foo-bar"),
-    *("alpha", "beta", "gamma", "delta", "epsilon", "the", "of"),
-]
-QUERIES = [
-    "deploy freeze",
-    "star",
-    "the start of the release",
-    "run running",
-    'which tools give "what you see is what you get" friday',
-    "release AND rollback",
-    "deploy OR café",
-    "runbook NOT friday",
-    "deplo*",
-    "sta* friday",
-    '"deploy freeze"',
-    "70803 el/1 config.json",
-    "foo-bar alpha",
-    "東京の会議",
-    "会議室 release",
-    "C++ O'Reilly naïve",
-]
 
 
 async def _corpus(dsn: str, embedder: DeterministicEmbedder, partitions: int) -> PostgresStore:
@@ -75,10 +56,6 @@ async def pg(
             await store.close()
 
 
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
-
-
 async def _check_postings(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
@@ -89,41 +66,10 @@ async def _check_postings(dsn: str) -> None:
     assert stats == documents
 
 
-async def _random_documents(corpus: Corpus, rng: random.Random, project: int) -> None:
-    docs = [
-        Doc(
-            rng.choice(["note", "issue"]),
-            str(rng.randrange(12)),
-            _text(rng, rng.randrange(0, 30)),
-            title=_text(rng, rng.randrange(0, 4)),
-            path=rng.choice(["notes/a.md", "ops/runbook.md", "src/config.json"]),
-        )
-        for _ in range(rng.randrange(1, 5))
-    ]
-    await corpus.write(project, {(d.kind, d.row_id): d for d in docs}.values())
-
-
 async def test_postings_follow_every_write(pg: tuple[Corpus, str]) -> None:
     """A seeded random sequence of creates, updates, deletes and project deletions."""
     corpus, dsn = pg
-    rng = random.Random(18)
-    projects = [p.project_id for p in await corpus.projects(3)]
-    for step in range(40):
-        action = rng.random()
-        project = rng.choice(projects)
-        if action < 0.6:
-            await _random_documents(corpus, rng, project)
-        elif action < 0.9:
-            keys = [
-                (rng.choice(["note", "issue"]), str(rng.randrange(12)))
-                for _ in range(rng.randrange(1, 4))
-            ]
-            await corpus.store.delete_documents("acme", project, keys)
-        elif len(projects) > 1:
-            await corpus.store.delete_project("acme", project)
-            projects.remove(project)
-            projects.append((await corpus.project(f"again-{step}")).project_id)
-        await _check_postings(dsn)
+    await random_writes(corpus, random.Random(18), lambda: _check_postings(dsn))
 
 
 async def test_migration_backfills_postings_of_existing_documents(
@@ -133,7 +79,7 @@ async def test_migration_backfills_postings_of_existing_documents(
     rng = random.Random(3)
     for project in [p.project_id for p in await corpus.projects(2)]:
         for _ in range(5):
-            await _random_documents(corpus, rng, project)
+            await write_random_documents(corpus, rng, project)
     conn = await asyncpg.connect(dsn)
     try:
         partitions = await conn.fetchval(
@@ -172,19 +118,7 @@ async def _old_page(dsn: str, plan: SearchPlan) -> list[asyncpg.Record]:
 @pytest.mark.parametrize("filtered", [False, True])
 async def test_scores_equal_the_tsvector_statement(pg: tuple[Corpus, str], filtered: bool) -> None:
     corpus, dsn = pg
-    rng = random.Random(7)
-    projects = [p.project_id for p in await corpus.projects(3)]
-    for project in projects:
-        docs = [
-            Doc(
-                rng.choice(["note", "issue"]),
-                str(i),
-                _text(rng, rng.randrange(1, 40)),
-                title=_text(rng, 2),
-            )
-            for i in range(25)
-        ]
-        await corpus.write(project, docs)
+    projects = await scored_projects(corpus, random.Random(7))
     filters = Filters(kinds=("note",)) if filtered else Filters()
     for text in QUERIES:
         plan = await corpus.plan(projects[:2], Mode.FTS, text, filters=filters, limit=200)

@@ -26,19 +26,13 @@ from service.store.sqlite import SqliteStore
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.search import scoring_terms
 from tests.integration.conftest import Corpus, Doc
+from tests.support.postings_corpus import QUERIES, random_writes, scored_projects
 from tests.support.sqlite_postings import (
     documents_stats,
     fts5_postings,
     postings_table,
     stats_table,
 )
-
-WORDS = [
-    *("deploy", "deployment", "freeze", "friday", "release", "rollback", "runbook"),
-    *("star", "starts", "start", "stare", "config.json", "el/1", "70803", "C++"),
-    *("café", "naïve", "résumé", "O'Reilly", "東京の会議", "会議室"),
-    *("alpha", "beta", "gamma", "delta", "epsilon"),
-]
 
 
 @pytest_asyncio.fixture
@@ -54,11 +48,7 @@ async def sqlite_corpus(
         await store.close()
 
 
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
-
-
-def _check_postings(path: Path) -> None:
+async def _check_postings(path: Path) -> None:
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     try:
         assert postings_table(conn) == fts5_postings(conn)
@@ -70,31 +60,7 @@ def _check_postings(path: Path) -> None:
 async def test_postings_follow_every_write(sqlite_corpus: tuple[Corpus, Path]) -> None:
     """A seeded random sequence of creates, updates, deletes and project deletions."""
     corpus, path = sqlite_corpus
-    rng = random.Random(18)
-    projects = [p.project_id for p in await corpus.projects(3)]
-    for step in range(40):
-        action = rng.random()
-        project = rng.choice(projects)
-        if action < 0.6:
-            docs = [
-                Doc(
-                    "note",
-                    str(rng.randrange(12)),
-                    _text(rng, rng.randrange(0, 30)),
-                    title=_text(rng, rng.randrange(0, 4)),
-                    path=rng.choice(["notes/a.md", "ops/runbook.md", "src/config.json"]),
-                )
-                for _ in range(rng.randrange(1, 5))
-            ]
-            await corpus.write(project, {d.row_id: d for d in docs}.values())
-        elif action < 0.9:
-            keys = [("note", str(rng.randrange(12))) for _ in range(rng.randrange(1, 4))]
-            await corpus.store.delete_documents("acme", project, keys)
-        elif len(projects) > 1:
-            await corpus.store.delete_project("acme", project)
-            projects.remove(project)
-            projects.append((await corpus.project(f"again-{step}")).project_id)
-        _check_postings(path)
+    await random_writes(corpus, random.Random(18), lambda: _check_postings(path))
 
 
 def reference_scores(path: Path, plan: SearchPlan, checker: Fts5Checker) -> dict[int, float]:
@@ -147,39 +113,12 @@ def reference_scores(path: Path, plan: SearchPlan, checker: Fts5Checker) -> dict
     return scores
 
 
-QUERIES = [
-    "deploy freeze",
-    "star",
-    'which tools give "what you see is what you get" friday',
-    "release AND rollback",
-    "deploy OR café",
-    "runbook NOT friday",
-    "deplo*",
-    '"deploy freeze"',
-    "70803 el/1 config.json",
-    "東京の会議",
-    "C++ O'Reilly naïve",
-]
-
-
 @pytest.mark.parametrize("filtered", [False, True])
 async def test_scores_are_full_bm25_over_the_scope(
     sqlite_corpus: tuple[Corpus, Path], filtered: bool
 ) -> None:
     corpus, path = sqlite_corpus
-    rng = random.Random(7)
-    projects = [p.project_id for p in await corpus.projects(3)]
-    for project in projects:
-        docs = [
-            Doc(
-                rng.choice(["note", "issue"]),
-                str(i),
-                _text(rng, rng.randrange(1, 40)),
-                title=_text(rng, 2),
-            )
-            for i in range(25)
-        ]
-        await corpus.write(project, docs)
+    projects = await scored_projects(corpus, random.Random(7))
     checker = Fts5Checker()
     ids: dict[tuple[int, str, str], int] = {}
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)

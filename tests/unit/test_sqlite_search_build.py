@@ -44,8 +44,7 @@ _SCORED = (
     q.LEX_SCOPE,
     q.BM25.format(
         eligible="",
-        only_longer=q.ONLY_LONGER,
-        df=q.TERM_DF.format(only_longer=q.ONLY_LONGER),
+        df=q.TERM_DF,
         weighted=q.WEIGHTED_DF,
         stats=q.SCOPE_STATS,
     ),

@@ -24,10 +24,10 @@ from typing import Any
 import apsw
 
 from service.projects.lexical_fts5 import CONTENT_COLUMN, NGRAMS_COLUMN
+from service.store.sqlite.lexical_check import TOKENIZER  # docs_fts's tokenize option
 
 # Column numbers in term_postings (the FTS5 column names cost bytes in every row).
 COLUMN_NUMBERS = {CONTENT_COLUMN: 0, NGRAMS_COLUMN: 1}
-TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))  # docs_fts's tokenize option
 
 # Like every statement keyed by a project id (writes.py, issue #8), each carries the tenant
 # and checks it itself: `?7` / `:tenant` is the owner.

@@ -102,8 +102,7 @@ def choose_lexical(
     }
     bm25 = q.BM25.format(
         eligible=q.ELIGIBLE_POSTINGS if filtered else "",
-        only_longer=q.ONLY_LONGER,
-        df="" if filtered else q.TERM_DF.format(only_longer=q.ONLY_LONGER),
+        df="" if filtered else q.TERM_DF,
         weighted=q.WEIGHTED_WINDOW if filtered else q.WEIGHTED_DF,
         stats=q.ELIGIBLE_STATS if filtered else q.SCOPE_STATS,
     )

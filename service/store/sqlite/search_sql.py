@@ -17,6 +17,9 @@ the exact scan (ready, model, dimensions, source hash).
 
 from __future__ import annotations
 
+# The scope's projects the tenant owns (the service checked already; each statement does too).
+OWNED_SCOPE = """SELECT p.project_id FROM projects AS p
+    WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))"""
 ELIGIBLE = """
 eligible AS MATERIALIZED (
     SELECT d.id AS doc_id, d.project_id
@@ -42,12 +45,17 @@ eligible AS MATERIALIZED (
 # over the eligible scope: without filters N and the summed lengths are the projects'
 # lexical_stats. `term_tf` is not materialized: each reader streams it from the index
 # (~80 ns a posting), where writing it into a temporary table cost ~400 ns a row.
-LEX_SCOPE = """
+# A posting of a longer term counts for its document only when the exact stem is absent.
+ONLY_LONGER = """NOT EXISTS (
+          SELECT 1 FROM term_postings AS y
+          WHERE y.project_id = x.project_id AND y.col = x.col AND y.term = t.stem
+            AND y.doc_id = x.doc_id
+      )"""
+LEX_SCOPE = f"""
 lex_scope AS MATERIALIZED (
-    SELECT p.project_id FROM projects AS p
-    WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))
+    {OWNED_SCOPE}
 )"""
-BM25 = """
+BM25 = f"""
 query_terms AS MATERIALIZED (
     SELECT CAST(key AS INTEGER) AS term, value ->> 0 AS stem, value ->> 1 AS prefix,
            value ->> 2 AS col, value ->> 3 AS relaxed
@@ -58,19 +66,19 @@ term_tf AS (
     FROM query_terms AS t
     CROSS JOIN lex_scope AS s
     CROSS JOIN term_postings AS x
-    WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem{eligible}
+    WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem{{eligible}}
     UNION ALL
     SELECT t.term, x.doc_id, t.col, MAX(x.dl), 1
     FROM query_terms AS t
     CROSS JOIN lex_scope AS s
     CROSS JOIN term_postings AS x
     WHERE t.prefix AND x.project_id = s.project_id AND x.col = t.col
-      AND x.term > t.stem AND x.term < t.stem || char(1114111){eligible}
-      AND {only_longer}
+      AND x.term > t.stem AND x.term < t.stem || char(1114111){{eligible}}
+      AND {ONLY_LONGER}
     GROUP BY t.term, x.doc_id
 ),
-{df}
-{stats},
+{{df}}
+{{stats}},
 bm25 AS MATERIALIZED (
     SELECT t.doc_id,
            SUM(ln(1.0 + (s.n - t.df + 0.5) / (t.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
@@ -78,15 +86,15 @@ bm25 AS MATERIALIZED (
                    * CASE WHEN t.col = 0 THEN t.dl / s.avgdl ELSE t.dl / s.avgnl END)))
                AS fts_score,
            COUNT(*) AS hits
-    FROM {weighted} AS t
+    FROM {{weighted}} AS t
     CROSS JOIN scope_stats AS s
     GROUP BY t.doc_id
-)"""
+)"""  # noqa: S608 - only constant fragments are interpolated
 # Document frequencies. Unfiltered: counted straight from the postings (an index range count
 # per term, ~80 ns a posting), and joined to the streamed term frequencies. Filtered: a
 # window over `term_tf`, which is then read once (each reference of a CTE is expanded again,
 # and the eligible set's with it; SQLite refuses past 1,000 expansions).
-TERM_DF = """
+TERM_DF = f"""
 term_df AS MATERIALIZED (
     SELECT t.term,
            (SELECT COUNT(*) FROM lex_scope AS s CROSS JOIN term_postings AS x
@@ -94,19 +102,14 @@ term_df AS MATERIALIZED (
            + CASE WHEN t.prefix THEN (
                SELECT COUNT(DISTINCT x.doc_id) FROM lex_scope AS s CROSS JOIN term_postings AS x
                WHERE x.project_id = s.project_id AND x.col = t.col
-                 AND x.term > t.stem AND x.term < t.stem || char(1114111) AND {only_longer}
+                 AND x.term > t.stem AND x.term < t.stem || char(1114111) AND {ONLY_LONGER}
              ) ELSE 0 END AS df
     FROM query_terms AS t
-),"""
+),"""  # noqa: S608 - only constant fragments are interpolated
 WEIGHTED_DF = "(SELECT f.*, d.df FROM term_tf AS f CROSS JOIN term_df AS d ON d.term = f.term)"
 WEIGHTED_WINDOW = "(SELECT f.*, COUNT(*) OVER (PARTITION BY f.term) AS df FROM term_tf AS f)"
 ELIGIBLE_POSTINGS = "\n      AND x.doc_id IN (SELECT doc_id FROM eligible)"
-# A posting of a longer term counts for its document only when the exact stem is absent.
-ONLY_LONGER = """NOT EXISTS (
-          SELECT 1 FROM term_postings AS y
-          WHERE y.project_id = x.project_id AND y.col = x.col AND y.term = t.stem
-            AND y.doc_id = x.doc_id
-      )"""
+
 # avg() of integers is their exact sum over the count, so both forms give the same doubles.
 SCOPE_STATS = """
 scope_stats AS MATERIALIZED (
@@ -219,18 +222,15 @@ vcount AS MATERIALIZED (
         LIMIT :exact_scan_limit + 1
     )
 )"""  # noqa: S608 - only constant fragments are interpolated
-VECTOR_COUNT_SCOPE = """
+VECTOR_COUNT_SCOPE = f"""
 vcount AS MATERIALIZED (
     SELECT COUNT(*) AS n FROM (
         SELECT 1 FROM vectors AS v
-        WHERE v.project_id IN (
-                SELECT p.project_id FROM projects AS p
-                WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))
-            )
+        WHERE v.project_id IN ({OWNED_SCOPE})
           AND v.model = :model AND v.dimensions = :dimensions AND v.state = 'ready'
         LIMIT :exact_scan_limit + 1
     )
-)"""
+)"""  # noqa: S608 - only constant fragments are interpolated
 KNN = """
 knn AS MATERIALIZED (
     SELECT chunk_id, distance
@@ -256,10 +256,7 @@ chunk_sims AS MATERIALIZED (
 # which spares joining every candidate to the materialized eligible set (~4 ms at 20k
 # scope chunks: SQLite indexes that set again for each search).
 KNN_ELIGIBLE = "c.document_id IN (SELECT doc_id FROM eligible)"
-KNN_OWNED = """c.project_id IN (
-        SELECT p.project_id FROM projects AS p
-        WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))
-    )"""
+KNN_OWNED = f"c.project_id IN ({OWNED_SCOPE})"
 EXACT_ALWAYS = "1"
 EXACT_BY_COUNT = "(SELECT n FROM vcount) <= :exact_scan_limit"
 VECTOR_SCORES = """
