@@ -17,18 +17,27 @@ the exact scan (ready, model, dimensions, source hash).
 
 from __future__ import annotations
 
+# A parameter the planner would read the bound value of is passed through an expression
+# (`:tenant || ''`, `:limit + 0`): SQLite expires a statement whose plan read a bound value
+# whenever that parameter is bound again, so every search prepared its whole statement
+# again (~1.3 ms for the 4 kB FTS statement, more than a small search's own work). Found
+# so far: a bare LIMIT / OFFSET, and equalities of a column with a parameter that the
+# planner propagates into other terms (the tenant of a filtered eligible set, the vectors'
+# model and dimensions). Checked for every statement shape by
+# tests/integration/test_sqlite_statement_cache.py.
+TENANT = ":tenant || ''"
 # The scope's projects the tenant owns (the service checked already; each statement does too).
-OWNED_SCOPE = """SELECT p.project_id FROM projects AS p
-    WHERE p.tenant = :tenant AND p.project_id IN (SELECT value FROM json_each(:scope))"""
-ELIGIBLE = """
+OWNED_SCOPE = f"""SELECT p.project_id FROM projects AS p
+    WHERE p.tenant = {TENANT} AND p.project_id IN (SELECT value FROM json_each(:scope))"""  # noqa: S608 - constants
+ELIGIBLE = f"""
 eligible AS MATERIALIZED (
     SELECT d.id AS doc_id, d.project_id
     FROM projects AS p
     JOIN documents AS d ON d.project_id = p.project_id
-    WHERE p.tenant = :tenant
+    WHERE p.tenant = {TENANT}
       AND p.project_id IN (SELECT value FROM json_each(:scope))
-    {filters}
-)"""
+    {{filters}}
+)"""  # noqa: S608 - only constant fragments are interpolated
 
 # Lexical channel. The score is Lucene's BM25 computed here over the eligible scope, the
 # same formula the PostgreSQL store computes (FTS5's own bm25() clamps idf to ~1e-6 for any
@@ -189,7 +198,9 @@ RELAXED_NEVER = "0"
 RELAXED_WHEN_LOOSE = "EXISTS (SELECT 1 FROM fts WHERE tier = 0)"
 RELAXED_ALWAYS = "1"
 
-VALID_VECTOR = """v.state = 'ready' AND v.model = :model AND v.dimensions = :dimensions
+# The identity is compared through expressions, as the tenant is (see TENANT).
+MODEL, DIMENSIONS = ":model || ''", ":dimensions + 0"
+VALID_VECTOR = f"""v.state = 'ready' AND v.model = {MODEL} AND v.dimensions = {DIMENSIONS}
       AND v.source_hash = c.source_hash"""
 # CROSS JOIN fixes the loop order (SQLite never reorders it): scope first, so the cost
 # follows the eligible set, never the size of the whole vectors table.
@@ -201,7 +212,7 @@ ELIGIBLE_VECTORS = f"""
 # The CASE keeps vec_distance_cosine away from vectors of other dimensions whatever order
 # SQLite evaluates the WHERE terms in.
 SIMILARITY = (
-    "MIN(1.0, 1.0 - CASE WHEN v.dimensions = :dimensions "
+    f"MIN(1.0, 1.0 - CASE WHEN v.dimensions = {DIMENSIONS} "
     "THEN vec_distance_cosine(v.embedding, :query_vector) END)"
 )
 EXACT_SIMS = f"""
@@ -227,7 +238,7 @@ vcount AS MATERIALIZED (
     SELECT COUNT(*) AS n FROM (
         SELECT 1 FROM vectors AS v
         WHERE v.project_id IN ({OWNED_SCOPE})
-          AND v.model = :model AND v.dimensions = :dimensions AND v.state = 'ready'
+          AND v.model = {MODEL} AND v.dimensions = {DIMENSIONS} AND v.state = 'ready'
         LIMIT :exact_scan_limit + 1
     )
 )"""  # noqa: S608 - only constant fragments are interpolated
@@ -323,9 +334,10 @@ scored AS MATERIALIZED (
     FROM channels GROUP BY doc_id
 )"""
 
-# Ties are broken by identity, which lives in `documents`: `page_cut` is the (tier, score)
-# of the last row the page can reach, so only rows at or above it read their identity (by
-# rowid; CROSS JOIN keeps `scored` outer, else SQLite scans every document and probes).
+# LIMIT and OFFSET are expressions (see TENANT). Ties are broken by identity, which lives in
+# `documents`: `page_cut` is the (tier, score) of the last row the page can reach, so only
+# rows at or above it read their identity (by rowid; CROSS JOIN keeps `scored` outer, else
+# SQLite scans every document and probes).
 PAGE = """
 page_cut AS MATERIALIZED (
     SELECT tier, score FROM scored ORDER BY tier DESC, score DESC
@@ -339,7 +351,7 @@ page AS MATERIALIZED (
         WHERE s.tier < c.tier OR (s.tier = c.tier AND s.score < c.score)
     )
     ORDER BY s.tier DESC, s.score DESC, e.project_id, e.kind, e.row_id
-    LIMIT :limit OFFSET :offset
+    LIMIT :limit + 0 OFFSET :offset + 0
 )"""
 META = """
 meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total} AS total)"""
@@ -355,7 +367,7 @@ TOP_CHUNKS = f"""(
           AND {VALID_VECTOR}
           AND sim >= :min_similarity
         ORDER BY sim DESC, c.chunk_index
-        LIMIT :max_chunks
+        LIMIT :max_chunks + 0
     ) AS x
 )"""  # noqa: S608 - only constant fragments are interpolated
 FINAL = """
