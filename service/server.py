@@ -362,6 +362,7 @@ async def _build_servicers(
                 replica_max_lag=settings.replica_max_lag_seconds,
                 replica_check_interval=settings.replica_check_interval,
                 partitions=settings.pg_partitions,
+                sqlite_vector_cache_bytes=settings.sqlite_vector_cache_mb << 20,
             )
         except ValueError as error:
             raise SettingsError(f"SEARCH_DATABASE_URL: {error}") from error

@@ -39,6 +39,7 @@ async def open_store(
     replica_max_lag: float = 10.0,
     replica_check_interval: float = 1.0,
     partitions: int = 0,
+    sqlite_vector_cache_bytes: int = 256 << 20,
 ) -> Store:
     """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL
     (with at most `pool_size` connections)."""
@@ -47,7 +48,11 @@ async def open_store(
             raise ValueError("read replicas need a postgresql:// primary")
         from service.store.sqlite import SqliteStore
 
-        store: Store = SqliteStore(sqlite_path(database_url, data_dir), identity)
+        store: Store = SqliteStore(
+            sqlite_path(database_url, data_dir),
+            identity,
+            vector_cache_bytes=sqlite_vector_cache_bytes,
+        )
     elif database_url.startswith(POSTGRES_PREFIXES):
         # Imported lazily so the embedded default never needs asyncpg loaded.
         from service.store.postgres import PostgresStore

@@ -5,7 +5,9 @@ whose plan read a bound value expires whenever that parameter is bound again: ev
 re-prepared its whole statement (~1.3 ms for the 4 kB FTS statement, more than a small
 search's own work). Preparation is observable through the authorizer, which SQLite calls
 while compiling a statement and never while running one; setting it expires the connection's
-statements once, so the first run after it compiles and the next must not.
+statements once, so the first run after it compiles and the next must not. Every shape:
+FTS lexical shapes, VECTOR/HYBRID exact and KNN (vec0 and the vector cache's candidates),
+with and without filters.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from service.store.sqlite.connection import connect
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.search import run_search
+from service.store.sqlite.vector_cache import VectorCache
 from tests.integration.conftest import Corpus
 from tests.support.postings_corpus import QUERIES, scored_projects
 
@@ -71,24 +74,23 @@ async def _plans(corpus: Corpus, projects: list[int]) -> list[SearchPlan]:
     for text in QUERIES:
         for filters in (Filters(), Filters(kinds=("note",))):
             plans.append(await corpus.plan(projects, Mode.FTS, text, filters=filters, limit=5))
-    for mode, fusion in (
-        (Mode.VECTOR, Fusion.RRF),
-        (Mode.HYBRID, Fusion.RRF),
-        (Mode.HYBRID, Fusion.MAX_MIN),
-    ):
-        for exact_scan_limit in (10_000, 0):  # the exact scan, and the vec0 KNN path
-            plans.append(
-                await corpus.plan(
-                    projects,
-                    mode,
-                    "deploy freeze friday",
-                    limit=5,
-                    offset=3,
-                    fusion=fusion,
-                    exact_scan_limit=exact_scan_limit,
-                    include_chunks=True,
+    semantic = ((Mode.VECTOR, Fusion.RRF), (Mode.HYBRID, Fusion.RRF), (Mode.HYBRID, Fusion.MAX_MIN))
+    for mode, fusion in semantic:
+        for exact_scan_limit in (10_000, 0):  # the exact scan, and the KNN path
+            for filters in (Filters(), Filters(kinds=("note",))):
+                plans.append(
+                    await corpus.plan(
+                        projects,
+                        mode,
+                        "deploy freeze friday",
+                        filters=filters,
+                        limit=5,
+                        offset=3,
+                        fusion=fusion,
+                        exact_scan_limit=exact_scan_limit,
+                        include_chunks=True,
+                    )
                 )
-            )
     return plans
 
 
@@ -103,14 +105,19 @@ async def test_search_statements_are_not_prepared_again(
     index = VectorIndex(embedder.identity, True)
     checker = Fts5Checker()
     try:
-        for plan in plans:
+        caches = [None, VectorCache(1 << 26)]  # KNN candidates from vec0, or the cache's
+        for plan, cache in [(plan, cache) for cache in caches for plan in plans]:
             pages: list[SearchPage] = []
 
-            def search(plan: SearchPlan = plan, pages: list[SearchPage] = pages) -> None:
-                pages.append(run_search(conn, plan, index, checker))
+            def search(
+                plan: SearchPlan = plan,
+                pages: list[SearchPage] = pages,
+                cache: VectorCache | None = cache,
+            ) -> None:
+                pages.append(run_search(conn, plan, index, checker, None, cache))
 
             compiled = _compilations(conn, search)
-            assert compiled == 0, (plan.mode, plan.fusion, plan.lexical, plan.filters)
+            assert compiled == 0, (plan.mode, plan.fusion, plan.lexical, plan.filters, cache)
             assert pages[0] == pages[1]
             assert plan.mode is not Mode.FTS or pages[0].total, plan.lexical
     finally:

@@ -89,7 +89,7 @@ def test_stored_lengths_and_postings_are_backfilled_for_documents_written_before
         " VALUES (7, 1, 'note', 'a', ?, ?, ?, '', '', '', '{}', 0, 0, 'h')",
         (title, path, body),
     )
-    assert migrate(conn) == [3, 4]
+    assert migrate(conn) == [3, 4, 5]
     stored = conn.execute("SELECT doc_len, ngram_len FROM documents WHERE id = 7").fetchall()
     ngrams = script_ngrams(f"{title} {body}")
     expected = (content_length(title, path, body), ngram_length(ngrams))
@@ -106,3 +106,38 @@ def test_stored_lengths_and_postings_are_backfilled_for_documents_written_before
     )
     assert postings_table(conn) == fts5_postings(conn)
     assert ("freez", 7, 2) in {(t, d, tf) for _, c, t, d, tf, _ in postings_table(conn) if c == 0}
+
+
+def test_every_change_to_a_projects_vectors_moves_its_generation_on(tmp_path: Path) -> None:
+    """A version-4 database with vectors gets generations; then each insert, update and
+    delete of a vector row, whoever makes it, moves its project's generation (the vector
+    cache's check, service.store.sqlite.vector_cache)."""
+    conn, _ = connect(tmp_path / "db", True, reader=False)
+    conn.execute(CREATE_MIGRATIONS_TABLE)
+    for version, name, steps in MIGRATIONS[:4]:
+        for step in steps:
+            if isinstance(step, str):
+                conn.execute(step)
+            else:
+                step(conn)
+        conn.execute(INSERT_VERSION, (version, name, 0))
+    insert = (
+        "INSERT INTO vectors (chunk_id, project_id, model, dimensions, source_hash, state,"
+        " embedding) VALUES (?, ?, 'm', 4, 'h', 'ready', zeroblob(16))"
+    )
+    conn.execute(insert, (1, 1))
+    assert migrate(conn) == [5]
+
+    def generations() -> list[tuple[int, int]]:
+        rows = conn.execute("SELECT project_id, gen FROM vector_generations ORDER BY 1")
+        return [(int(p), int(g)) for p, g in rows]
+
+    assert generations() == [(1, 1)]
+    conn.execute(insert, (2, 1))
+    conn.execute(insert, (3, 2))
+    assert generations() == [(1, 2), (2, 1)]
+    conn.execute("UPDATE vectors SET state = 'pending', embedding = NULL WHERE chunk_id = 2")
+    conn.execute("UPDATE vectors SET source_hash = 'other' WHERE chunk_id = 1")  # not a change
+    assert generations() == [(1, 3), (2, 1)]
+    conn.execute("DELETE FROM vectors WHERE project_id = 1")
+    assert generations() == [(1, 5), (2, 1)]

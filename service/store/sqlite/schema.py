@@ -25,6 +25,8 @@ from service.store.sqlite.values import immediate
 #   summed lengths. Written with the document, from FTS5's tokenizer.
 # - vectors holds every embedding (any identity; authoritative, used by the exact scan);
 #   vec_chunks (vec0) mirrors the ready vectors of one identity for the KNN path.
+# - vector_generations (migration 5) counts changes to each project's vectors (triggers), so
+#   the in-process KNN matrices (vector_cache.py) know when to read a project again.
 Step = str | Callable[[apsw.Connection], None]
 
 
@@ -220,6 +222,38 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
             )""",
             _backfill_postings,
             "CREATE INDEX term_postings_doc ON term_postings (project_id, doc_id)",
+        ),
+    ),
+    (
+        5,
+        "vector generations",
+        (
+            # What the in-process KNN matrices are checked against (vector_cache.py): any
+            # change to a project's vectors, by any writer, moves its generation on.
+            """CREATE TABLE vector_generations (
+                project_id INTEGER PRIMARY KEY,
+                gen INTEGER NOT NULL
+            )""",
+            "INSERT INTO vector_generations (project_id, gen)"
+            " SELECT DISTINCT project_id, 1 FROM vectors",
+            """CREATE TRIGGER vectors_generation_insert AFTER INSERT ON vectors BEGIN
+                INSERT INTO vector_generations (project_id, gen) VALUES (NEW.project_id, 1)
+                ON CONFLICT (project_id) DO UPDATE SET gen = gen + 1;
+            END""",
+            """CREATE TRIGGER vectors_generation_delete AFTER DELETE ON vectors BEGIN
+                INSERT INTO vector_generations (project_id, gen) VALUES (OLD.project_id, 1)
+                ON CONFLICT (project_id) DO UPDATE SET gen = gen + 1;
+            END""",
+            """CREATE TRIGGER vectors_generation_update
+            AFTER UPDATE OF project_id, model, dimensions, state, embedding ON vectors BEGIN
+                INSERT INTO vector_generations (project_id, gen) VALUES (NEW.project_id, 1)
+                ON CONFLICT (project_id) DO UPDATE SET gen = gen + 1;
+            END""",
+            # An update that moves a row between projects (none does today) moves both on.
+            """CREATE TRIGGER vectors_generation_move
+            AFTER UPDATE OF project_id ON vectors WHEN OLD.project_id <> NEW.project_id BEGIN
+                UPDATE vector_generations SET gen = gen + 1 WHERE project_id = OLD.project_id;
+            END""",
         ),
     ),
 )

@@ -30,6 +30,7 @@ from service.store.sqlite.lexical_check import Fts5Checker, register_functions
 from service.store.sqlite.postings import COLUMN_NUMBERS
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import from_micros, load_metadata, vector_blob
+from service.store.sqlite.vector_cache import Candidates, VectorCache
 
 KNN_MAX_K = 4096  # sqlite-vec's limit on k (which applies per project partition)
 # SQLite VM instructions between deadline checks (microseconds of work each time).
@@ -132,9 +133,15 @@ def choose_lexical(
 
 
 def build(
-    plan: SearchPlan, index: VectorIndex, checker: Fts5Checker, *, lexical_off: bool = False
+    plan: SearchPlan,
+    index: VectorIndex,
+    checker: Fts5Checker,
+    *,
+    lexical_off: bool = False,
+    candidates: Candidates | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The statement text and its bindings."""
+    """The statement text and its bindings; KNN `candidates` from the vector cache replace
+    vec0's search when given."""
     filters, bindings = filter_sql(plan.filters)
     ctes = [q.ELIGIBLE.format(filters=filters)]
     relaxed, exact = q.RELAXED_NEVER, q.EXACT_ALWAYS
@@ -146,10 +153,28 @@ def build(
     semantic = plan.mode is not Mode.FTS
     if semantic:
         if index.usable and index.identity == plan.identity:
-            count = q.VECTOR_COUNT if filters else q.VECTOR_COUNT_SCOPE
-            knn_eligible = q.KNN_ELIGIBLE if filters else q.KNN_OWNED
-            ctes += [count, q.KNN, q.EXACT_OR_KNN_SIMS.format(knn_eligible=knn_eligible)]
             exact = q.EXACT_BY_COUNT
+            knn_eligible = q.KNN_ELIGIBLE if filters else q.KNN_OWNED
+            if candidates is not None:
+                bindings["knn_candidates"] = candidates.json()
+            if candidates is not None and not filters:
+                # The cache counted the scope's vectors: only the arm that runs is planned.
+                if candidates.count <= plan.exact_scan_limit:
+                    ctes.append(q.EXACT_SIMS)
+                    exact = q.EXACT_ALWAYS
+                else:
+                    sims = q.KNN_SIMS.format(knn_eligible=knn_eligible, knn_similarity=q.SIMILARITY)
+                    ctes += [q.KNN_CACHED_ONLY, sims]
+                    exact = q.EXACT_NEVER
+            else:
+                count = q.VECTOR_COUNT if filters else q.VECTOR_COUNT_SCOPE
+                knn, similarity = q.KNN, q.KNN_SIMILARITY
+                if candidates is not None:
+                    knn, similarity = q.KNN_CACHED, q.SIMILARITY
+                sims = q.EXACT_OR_KNN_SIMS.format(
+                    knn_eligible=knn_eligible, knn_similarity=similarity
+                )
+                ctes += [count, knn, sims]
         else:
             ctes.append(q.EXACT_SIMS)
         ctes.append(q.VECTOR_SCORES)
@@ -162,7 +187,6 @@ def build(
 
 
 def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[str, Any]:
-    wanted = plan.offset + plan.limit + 1
     identity = plan.identity
     return {
         "tenant": plan.tenant,
@@ -178,9 +202,15 @@ def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[s
         "dimensions": identity.dimensions if identity else None,
         "query_vector": vector_blob(plan.query_vector) if plan.query_vector else None,
         "exact_scan_limit": plan.exact_scan_limit,
-        "knn_k": knn_k(wanted, filtered, KNN_MAX_K),
+        "knn_k": _knn_k(plan, filtered),
         "max_chunks": MAX_MATCHED_CHUNKS,
     }
+
+
+def _knn_k(plan: SearchPlan, filtered: bool) -> int:
+    """KNN candidates per project: the rows the page can reach and one more, over-fetched
+    when filters are applied after the search."""
+    return knn_k(plan.offset + plan.limit + 1, filtered, KNN_MAX_K)
 
 
 def check_plan(plan: SearchPlan, vector_search: bool, reason: str) -> None:
@@ -211,6 +241,7 @@ def run_search(
     index: VectorIndex,
     checker: Fts5Checker,
     cancelled: threading.Event | None = None,
+    cache: VectorCache | None = None,
 ) -> SearchPage:
     """Execute the statement (once; again without lexical channel if FTS5 still objects).
 
@@ -225,7 +256,7 @@ def run_search(
 
     conn.set_progress_handler(interrupt, PROGRESS_STEPS)
     try:
-        return page_from_rows(plan, _fetch(conn, plan, index, checker))
+        return page_from_rows(plan, _fetch(conn, plan, index, checker, cache))
     except apsw.InterruptError as exc:
         if stop.is_set():
             raise errors.Cancelled("the search was cancelled by its caller") from exc
@@ -237,16 +268,51 @@ def run_search(
 
 
 def _fetch(
-    conn: apsw.Connection, plan: SearchPlan, index: VectorIndex, checker: Fts5Checker
+    conn: apsw.Connection,
+    plan: SearchPlan,
+    index: VectorIndex,
+    checker: Fts5Checker,
+    cache: VectorCache | None,
 ) -> list[tuple[Any, ...]]:
     register_functions(conn)
-    sql, bindings = build(plan, index, checker)
+    identity, vector = plan.identity, plan.query_vector
+    if (
+        cache is None
+        or not cache.enabled
+        or plan.mode is Mode.FTS
+        or not index.usable
+        or identity is None
+        or index.identity != identity
+        or vector is None
+    ):
+        return _execute(conn, plan, index, checker, None)
+    # One read transaction: the cache is checked against the snapshot the statement reads.
+    conn.execute("BEGIN")
+    try:
+        k = _knn_k(plan, bool(filter_sql(plan.filters)[0]))
+        candidates = cache.nearest(
+            conn, plan.project_ids, identity, vector, k, plan.exact_scan_limit
+        )
+        return _execute(conn, plan, index, checker, candidates)
+    finally:
+        if conn.in_transaction:  # an interrupted statement may have ended it already
+            conn.execute("COMMIT")
+
+
+def _execute(
+    conn: apsw.Connection,
+    plan: SearchPlan,
+    index: VectorIndex,
+    checker: Fts5Checker,
+    candidates: Candidates | None,
+) -> list[tuple[Any, ...]]:
+    sql, bindings = build(plan, index, checker, candidates=candidates)
     try:
         return conn.execute(sql, bindings).fetchall()
     except apsw.SQLError as exc:
         if "fts5" not in str(exc).lower():
             raise
-    sql, bindings = build(plan, index, checker, lexical_off=True)
+    sql, bindings = build(plan, index, checker, lexical_off=True, candidates=candidates)
     return conn.execute(sql, bindings).fetchall()
 
 

@@ -37,8 +37,10 @@ from service.store.sqlite.file_lock import file_lock
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex, migrate, prepare_vector_index
 from service.store.sqlite.search import check_plan, run_search
+from service.store.sqlite.vector_cache import VectorCache
 
 DEFAULT_READERS = 4
+DEFAULT_VECTOR_CACHE_BYTES = 256 * 1024 * 1024  # SEARCH_SQLITE_VECTOR_CACHE_MB
 ADAPTER = "sqlite-vec"
 DB_SYSTEM = "sqlite"
 
@@ -82,6 +84,7 @@ class SqliteStore:
         *,
         load_vector_extension: bool = True,
         readers: int = DEFAULT_READERS,
+        vector_cache_bytes: int = DEFAULT_VECTOR_CACHE_BYTES,
     ) -> None:
         self._path = Path(path)
         self._identity = identity
@@ -102,6 +105,8 @@ class SqliteStore:
         self._checker = Fts5Checker()
         self._reads = 0
         self._index = VectorIndex(None, False)
+        # The KNN path's candidates (vector_cache.py); 0 bytes leaves them to vec0.
+        self._vector_cache = VectorCache(vector_cache_bytes)
         self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
         self._memory_refresh = asyncio.Lock()  # ':memory:' has no file to lock
 
@@ -222,7 +227,7 @@ class SqliteStore:
         if not plan.project_ids:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
-        index, checker = self._index, self._checker
+        index, checker, cache = self._index, self._checker, self._vector_cache
         self._reads += 1
         running = _Running()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
@@ -233,7 +238,10 @@ class SqliteStore:
                 try:
                     return await self._readers.run(
                         lambda conn: running.run(
-                            conn, lambda: run_search(conn, plan, index, checker, running.cancelled)
+                            conn,
+                            lambda: run_search(
+                                conn, plan, index, checker, running.cancelled, cache
+                            ),
                         )
                     )
                 except asyncio.CancelledError:

@@ -1,0 +1,224 @@
+"""SQLite KNN candidates from the in-process matrices: current after any write, by anyone.
+
+The store's KNN path (more scope vectors than `exact_scan_limit`) takes its candidates from
+service.store.sqlite.vector_cache. The promise checked here: whatever sequence of writes,
+re-embeddings, deletions and project deletions happened, and whichever process (here: a
+second store on the same file) made them, a KNN page is the page the exact scan gives over
+the same rows (same documents, same scores), and never shows a vector that is not ready,
+not of the identity, or not the chunk's current text. And the cache keeps to its budget,
+leaving scopes it cannot hold to vec0.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import apsw
+import pytest_asyncio
+
+from service.embeddings.deterministic import DeterministicEmbedder
+from service.store.base import Mode, SearchPage
+from service.store.sqlite import SqliteStore
+from tests.integration.conftest import Corpus, Doc
+
+WORDS = ("galaxy", "redshift", "nebula", "comet", "orbit", "quasar", "pulsar", "dust", "ion")
+VECTOR_MODES = ("ready", "ready", "ready", "pending", "other-model")
+QUERIES = ("galaxy redshift", "comet orbit dust", "quasar")
+
+
+@pytest_asyncio.fixture
+async def two_stores(
+    tmp_path: Path, embedder: DeterministicEmbedder
+) -> AsyncIterator[tuple[Corpus, Corpus]]:
+    """Two stores on one file: one with the cache, one without (vec0 and exact scans)."""
+    path = tmp_path / "search.sqlite3"
+    cached = SqliteStore(path, embedder.identity)
+    await cached.open()
+    plain = SqliteStore(path, embedder.identity, vector_cache_bytes=0)
+    await plain.open()
+    try:
+        yield Corpus(cached, embedder, "acme"), Corpus(plain, embedder, "acme")
+    finally:
+        await plain.close()
+        await cached.close()
+
+
+def _text(rng: random.Random) -> str:
+    paragraphs = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 6)))
+        for _ in range(rng.randrange(1, 4))
+    ]
+    return "\n\n".join(paragraphs)
+
+
+def _key(page: SearchPage) -> list[tuple[int, str, str, float, float]]:
+    return [(h.project_id, h.kind, h.row_id, h.score, h.vector_score) for h in page.hits]
+
+
+async def _compare(cached: Corpus, plain: Corpus, projects: list[int]) -> None:
+    for text in QUERIES:
+        for scope in (projects, projects[:1]):
+            for mode in (Mode.VECTOR, Mode.HYBRID):
+                knn = await cached.plan(scope, mode, text, limit=5, exact_scan_limit=0)
+                exact = await plain.plan(scope, mode, text, limit=5, exact_scan_limit=10**9)
+                got, want = await cached.store.search(knn), await plain.store.search(exact)
+                vec0 = await plain.store.search(knn)
+                assert got.ranking_is_exact == vec0.ranking_is_exact  # exact: no vectors at all
+                if mode is Mode.VECTOR:
+                    assert _key(got) == _key(want), (text, scope)
+                    assert got.has_more == want.has_more, (text, scope)
+
+
+async def test_knn_pages_follow_every_write_by_any_writer(
+    two_stores: tuple[Corpus, Corpus],
+) -> None:
+    cached, plain = two_stores
+    rng = random.Random(18)
+    projects = [p.project_id for p in await cached.projects(3)]
+    for project in projects:
+        plain.owners[project] = cached.tenant
+    for step in range(40):
+        writer = rng.choice((cached, plain))  # the other store is another process's writes
+        project = rng.choice(projects)
+        action = rng.random()
+        if action < 0.6:
+            docs = [
+                Doc(
+                    rng.choice(("note", "issue")),
+                    str(rng.randrange(10)),
+                    _text(rng),
+                    vectors=rng.choice(VECTOR_MODES),
+                )
+                for _ in range(rng.randrange(1, 5))
+            ]
+            await writer.write(project, {(d.kind, d.row_id): d for d in docs}.values())
+        elif action < 0.9:
+            keys = [(rng.choice(("note", "issue")), str(rng.randrange(10))) for _ in range(2)]
+            await writer.store.delete_documents(cached.tenant, project, keys)
+        else:
+            await writer.store.delete_project(cached.tenant, project)
+            projects.remove(project)
+            fresh = (await cached.project(f"again-{step}")).project_id
+            plain.owners[fresh] = cached.tenant
+            projects.append(fresh)
+        await _compare(cached, plain, projects)
+
+
+async def test_hybrid_knn_keeps_the_vector_channel_current(
+    two_stores: tuple[Corpus, Corpus],
+) -> None:
+    """A document re-embedded under new text is found by its new text, not its old one."""
+    cached, plain = two_stores
+    project = (await cached.project("p")).project_id
+    plain.owners[project] = cached.tenant
+    await cached.write(project, [Doc("note", str(i), f"comet orbit {i}") for i in range(30)])
+    await cached.write(project, [Doc("note", "99", "galaxy redshift quasar")])
+    plan = await cached.plan([project], Mode.VECTOR, "galaxy redshift quasar", exact_scan_limit=0)
+    assert (await cached.store.search(plan)).hits[0].row_id == "99"
+    await plain.write(project, [Doc("note", "99", "comet orbit dust")])  # the other writer
+    page = await cached.store.search(plan)
+    assert page.hits[0].row_id != "99" or page.hits[0].vector_score < 0.99
+    exact = await plain.plan(
+        [project], Mode.VECTOR, "galaxy redshift quasar", exact_scan_limit=10**9
+    )
+    assert _key(page) == _key(await plain.store.search(exact))
+
+
+async def test_vectors_changed_behind_the_store_are_seen(
+    two_stores: tuple[Corpus, Corpus], tmp_path: Path
+) -> None:
+    """A tool updating `vectors` in place (re-embedding, un-readying) moves the cache on too:
+    the chunk farthest from the query, given the nearest chunk's vector, is a candidate."""
+    cached, plain = two_stores
+    project = (await cached.project("p")).project_id
+    plain.owners[project] = cached.tenant
+    rng = random.Random(5)
+    fillers = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(2, 7))) for _ in range(200)]
+    await cached.write(project, [Doc("note", str(i), text) for i, text in enumerate(fillers)])
+    await cached.write(project, [Doc("note", "near", "galaxy redshift quasar")])
+    text = "galaxy redshift quasar"
+    knn = await cached.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=0)
+    exact = await plain.plan([project], Mode.VECTOR, text, limit=300, exact_scan_limit=10**9)
+    assert (await cached.store.search(knn)).hits[0].row_id == "near"
+    far = (await plain.store.search(exact)).hits[-1].row_id
+    exact = await plain.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=10**9)
+    conn = apsw.Connection(str(tmp_path / "search.sqlite3"))
+    try:
+        chunk_of = (
+            "SELECT v.chunk_id FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id"
+            " JOIN documents AS d ON d.id = c.document_id WHERE d.row_id = ?"
+        )
+        near_chunk = conn.execute(chunk_of, ("near",)).fetchall()[0][0]
+        far_chunk = conn.execute(chunk_of, (far,)).fetchall()[0][0]
+        conn.execute(
+            "UPDATE vectors SET embedding = (SELECT embedding FROM vectors WHERE chunk_id = ?)"
+            " WHERE chunk_id = ?",
+            (near_chunk, far_chunk),
+        )
+        page = await cached.store.search(knn)
+        assert far in {h.row_id for h in page.hits[:2]}
+        assert _key(page) == _key(await plain.store.search(exact))
+        conn.execute(
+            "UPDATE vectors SET state = 'pending', embedding = NULL WHERE chunk_id = ?",
+            (near_chunk,),
+        )
+        page = await cached.store.search(knn)
+        assert "near" not in {h.row_id for h in page.hits}
+        assert _key(page) == _key(await plain.store.search(exact))
+    finally:
+        conn.close()
+
+
+async def test_deleting_the_nearest_documents_leaves_no_hole(
+    two_stores: tuple[Corpus, Corpus],
+) -> None:
+    """The deleted candidates are not in the cache any more: the page is filled from the rest."""
+    cached, plain = two_stores
+    project = (await cached.project("p")).project_id
+    plain.owners[project] = cached.tenant
+    rng = random.Random(6)
+    fillers = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(2, 7))) for _ in range(200)]
+    await cached.write(project, [Doc("note", str(i), text) for i, text in enumerate(fillers)])
+    text = "galaxy redshift quasar"
+    knn = await cached.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=0)
+    exact = await plain.plan([project], Mode.VECTOR, text, limit=80, exact_scan_limit=10**9)
+    assert len((await cached.store.search(knn)).hits) == 5
+    nearest = [("note", h.row_id) for h in (await plain.store.search(exact)).hits]
+    await plain.store.delete_documents(cached.tenant, project, nearest)
+    exact = await plain.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=10**9)
+    page = await cached.store.search(knn)
+    assert len(page.hits) == 5
+    assert _key(page) == _key(await plain.store.search(exact))
+
+
+async def test_scopes_past_the_budget_are_left_to_vec0(
+    tmp_path: Path, embedder: DeterministicEmbedder
+) -> None:
+    path = tmp_path / "search.sqlite3"
+    # Room for one project's vectors (12 chunks of 384 float32 and their ids), not two.
+    store = SqliteStore(path, embedder.identity, vector_cache_bytes=12 * (384 * 4 + 8) + 100)
+    await store.open()
+    plain = SqliteStore(path, embedder.identity, vector_cache_bytes=0)
+    await plain.open()
+    try:
+        corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
+        projects = [p.project_id for p in await corpus.projects(2)]
+        for project in projects:
+            reference.owners[project] = corpus.tenant
+            await corpus.write(
+                project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)]
+            )
+        for scope in (projects[:1], projects, projects[1:]):
+            knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0)
+            vec0 = await reference.plan(
+                scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0
+            )
+            assert _key(await store.search(knn)) == _key(await plain.search(vec0))
+            held = store._vector_cache.usage()  # the budget is the promise here
+            assert held[1] <= 12 * (384 * 4 + 8) + 100
+            assert held[0] <= 1
+    finally:
+        await plain.close()
+        await store.close()
