@@ -40,15 +40,7 @@ def _lexical(fts5: str | None, relaxed: str | None) -> LexicalQuery:
 
 
 # Unfiltered: N and the summed lengths from lexical_stats, postings of the whole scope.
-_SCORED = (
-    q.LEX_SCOPE,
-    q.BM25.format(
-        eligible="",
-        df=q.TERM_DF,
-        weighted=q.WEIGHTED_DF,
-        stats=q.SCOPE_STATS,
-    ),
-)
+_SCORED = (q.LEX_SCOPE, q.BM25)
 _ONE_TIER = (*_SCORED, q.FTS_STRICT, q.FTS_LOOSE_NONE, q.FTS_TIERED)
 
 

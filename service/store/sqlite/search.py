@@ -101,12 +101,7 @@ def choose_lexical(
         "bm25_k1": float(plan.bm25_k1),
         "bm25_b": float(plan.bm25_b),
     }
-    bm25 = q.BM25.format(
-        eligible=q.ELIGIBLE_POSTINGS if filtered else "",
-        df="" if filtered else q.TERM_DF,
-        weighted=q.WEIGHTED_WINDOW if filtered else q.WEIGHTED_DF,
-        stats=q.ELIGIBLE_STATS if filtered else q.SCOPE_STATS,
-    )
+    bm25 = q.BM25_FILTERED if filtered else q.BM25
     scored = (q.LEX_SCOPE, bm25)
     if strict_ok and relaxed_ok:
         bindings["fts_query"] = str(strict)

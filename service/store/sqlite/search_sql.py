@@ -49,8 +49,8 @@ eligible AS MATERIALIZED (
 # prefix term's tf is its exact stem's count, or 1 when only longer terms occur, as on
 # PostgreSQL (whose tsvector cannot list the longer lexemes cheaply): the exact stem's
 # postings, plus one row per document holding only longer terms. CROSS JOIN keeps the loop
-# order: terms, then the scope's projects, then postings. `{eligible}` restricts postings
-# to the eligible documents when there are filters. df, N and the mean lengths are counted
+# order: terms, then the scope's projects, then postings. With filters, postings are kept
+# to the eligible documents (ELIGIBLE_POSTINGS). df, N and the mean lengths are counted
 # over the eligible scope: without filters N and the summed lengths are the projects'
 # lexical_stats. `term_tf` is not materialized: each reader streams it from the index
 # (~80 ns a posting), where writing it into a temporary table cost ~400 ns a row.
@@ -64,43 +64,14 @@ LEX_SCOPE = f"""
 lex_scope AS MATERIALIZED (
     {OWNED_SCOPE}
 )"""
-BM25 = f"""
+QUERY_TERMS = """
 query_terms AS MATERIALIZED (
     SELECT CAST(key AS INTEGER) AS term, value ->> 0 AS stem, value ->> 1 AS prefix,
            value ->> 2 AS col, value ->> 3 AS relaxed
     FROM json_each(:score_terms)
-),
-term_tf AS (
-    SELECT t.term, x.doc_id, t.col, x.dl, x.tf
-    FROM query_terms AS t
-    CROSS JOIN lex_scope AS s
-    CROSS JOIN term_postings AS x
-    WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem{{eligible}}
-    UNION ALL
-    SELECT t.term, x.doc_id, t.col, MAX(x.dl), 1
-    FROM query_terms AS t
-    CROSS JOIN lex_scope AS s
-    CROSS JOIN term_postings AS x
-    WHERE t.prefix AND x.project_id = s.project_id AND x.col = t.col
-      AND x.term > t.stem AND x.term < t.stem || char(1114111){{eligible}}
-      AND {ONLY_LONGER}
-    GROUP BY t.term, x.doc_id
-),
-{{df}}
-{{stats}},
-bm25 AS MATERIALIZED (
-    SELECT t.doc_id,
-           SUM(ln(1.0 + (s.n - t.df + 0.5) / (t.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
-               / (t.tf + :bm25_k1 * (1.0 - :bm25_b + :bm25_b
-                   * CASE WHEN t.col = 0 THEN t.dl / s.avgdl ELSE t.dl / s.avgnl END)))
-               AS fts_score,
-           COUNT(*) AS hits
-    FROM {{weighted}} AS t
-    CROSS JOIN scope_stats AS s
-    GROUP BY t.doc_id
-)"""  # noqa: S608 - only constant fragments are interpolated
+)"""
 # Document frequencies. Unfiltered: counted straight from the postings (an index range count
-# per term, ~80 ns a posting), and joined to the streamed term frequencies. Filtered: a
+# per term, ~80 ns a posting), one row per term (`term_weights`). Filtered: a
 # window over `term_tf`, which is then read once (each reference of a CTE is expanded again,
 # and the eligible set's with it; SQLite refuses past 1,000 expansions).
 TERM_DF = f"""
@@ -115,7 +86,6 @@ term_df AS MATERIALIZED (
              ) ELSE 0 END AS df
     FROM query_terms AS t
 ),"""  # noqa: S608 - only constant fragments are interpolated
-WEIGHTED_DF = "(SELECT f.*, d.df FROM term_tf AS f CROSS JOIN term_df AS d ON d.term = f.term)"
 WEIGHTED_WINDOW = "(SELECT f.*, COUNT(*) OVER (PARTITION BY f.term) AS df FROM term_tf AS f)"
 ELIGIBLE_POSTINGS = "\n      AND x.doc_id IN (SELECT doc_id FROM eligible)"
 
@@ -138,6 +108,72 @@ scope_stats AS MATERIALIZED (
     FROM eligible AS e CROSS JOIN documents AS d ON d.id = e.doc_id
 )"""
 
+# Without filters every term's df is an index count, so its weight and length constants are
+# worked out once per term (`term_weights`) and each posting costs one multiply-add and a
+# division: Lucene BM25 regrouped, idf * (k1 + 1) * tf / (tf + k1 * (1 - b) + k1 * b * dl /
+# avgdl) (~1.5x faster per match than the formula per posting joined to its df).
+BM25 = f"""{QUERY_TERMS},
+{TERM_DF}
+{SCOPE_STATS},
+term_weights AS MATERIALIZED (
+    SELECT t.term, t.stem, t.prefix, t.col,
+           ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)) * (:bm25_k1 + 1.0) AS w,
+           :bm25_k1 * (1.0 - :bm25_b) AS c0,
+           :bm25_k1 * :bm25_b / CASE WHEN t.col = 0 THEN s.avgdl ELSE s.avgnl END AS c1
+    FROM query_terms AS t
+    CROSS JOIN term_df AS d ON d.term = t.term
+    CROSS JOIN scope_stats AS s
+),
+term_tf AS (
+    SELECT t.term, x.doc_id, t.w * x.tf / (x.tf + t.c0 + t.c1 * x.dl) AS part
+    FROM term_weights AS t
+    CROSS JOIN lex_scope AS s
+    CROSS JOIN term_postings AS x
+    WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem
+    UNION ALL
+    SELECT t.term, x.doc_id, t.w / (1.0 + t.c0 + t.c1 * MAX(x.dl))
+    FROM term_weights AS t
+    CROSS JOIN lex_scope AS s
+    CROSS JOIN term_postings AS x
+    WHERE t.prefix AND x.project_id = s.project_id AND x.col = t.col
+      AND x.term > t.stem AND x.term < t.stem || char(1114111)
+      AND {ONLY_LONGER}
+    GROUP BY t.term, x.doc_id
+),
+bm25 AS MATERIALIZED (
+    SELECT doc_id, SUM(part) AS fts_score, COUNT(*) AS hits FROM term_tf GROUP BY doc_id
+)"""  # noqa: S608 - only constant fragments are interpolated
+# With filters the postings are those of eligible documents, df is a window over them and
+# the formula is applied per posting (df is only known once the postings are read).
+BM25_FILTERED = f"""{QUERY_TERMS},
+term_tf AS (
+    SELECT t.term, x.doc_id, t.col, x.dl, x.tf
+    FROM query_terms AS t
+    CROSS JOIN lex_scope AS s
+    CROSS JOIN term_postings AS x
+    WHERE x.project_id = s.project_id AND x.col = t.col AND x.term = t.stem{ELIGIBLE_POSTINGS}
+    UNION ALL
+    SELECT t.term, x.doc_id, t.col, MAX(x.dl), 1
+    FROM query_terms AS t
+    CROSS JOIN lex_scope AS s
+    CROSS JOIN term_postings AS x
+    WHERE t.prefix AND x.project_id = s.project_id AND x.col = t.col
+      AND x.term > t.stem AND x.term < t.stem || char(1114111){ELIGIBLE_POSTINGS}
+      AND {ONLY_LONGER}
+    GROUP BY t.term, x.doc_id
+),
+{ELIGIBLE_STATS},
+bm25 AS MATERIALIZED (
+    SELECT t.doc_id,
+           SUM(ln(1.0 + (s.n - t.df + 0.5) / (t.df + 0.5)) * t.tf * (:bm25_k1 + 1.0)
+               / (t.tf + :bm25_k1 * (1.0 - :bm25_b + :bm25_b
+                   * CASE WHEN t.col = 0 THEN t.dl / s.avgdl ELSE t.dl / s.avgnl END)))
+               AS fts_score,
+           COUNT(*) AS hits
+    FROM {WEIGHTED_WINDOW} AS t
+    CROSS JOIN scope_stats AS s
+    GROUP BY t.doc_id
+)"""  # noqa: S608 - only constant fragments are interpolated
 # Membership: the strict form, and the relaxed any-word form. Every match holds one of the
 # query's positive terms, so the candidates are the scored documents (`bm25`). The unary `+`
 # hides the rowid filter from FTS5: offered `rowid IN (...)`, FTS5 re-runs the MATCH once
@@ -187,9 +223,7 @@ fts AS MATERIALIZED (
 # strict matches are the documents holding all of them: no MATCH at all (FTS5 would
 # intersect the terms' doclists over the whole table, every project's).
 FTS_TIERED_FROM_HITS = """
-fts AS MATERIALIZED (
-    SELECT doc_id, fts_score, hits = :strict_terms AS tier FROM bm25
-)"""
+fts AS (SELECT doc_id, fts_score, hits = :strict_terms AS tier FROM bm25)"""
 FTS_ALL = """
 fts AS (SELECT doc_id, 0.0 AS fts_score, 1 AS tier FROM eligible)"""
 FTS_NONE = """
@@ -297,10 +331,13 @@ vector_scores AS (
     GROUP BY doc_id
 )"""
 
+# The normalised score divides by the list's top, one uncorrelated subquery computed once
+# (a window over every match cost ~1 us a row). Materialized: each reference of a CTE is
+# expanded again, and the tiered shapes' trees would pass SQLite's limit.
 SCORED_FTS = """
 scored AS MATERIALIZED (
     SELECT doc_id, fts_score AS score, 0.0 AS v, fts_score,
-           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f, tier
+           COALESCE(fts_score / NULLIF((SELECT MAX(fts_score) FROM fts), 0.0), 0.0) AS f, tier
     FROM fts
 )"""
 SCORED_VECTOR = """
@@ -365,11 +402,10 @@ page_cut AS MATERIALIZED (
 ),
 page AS MATERIALIZED (
     SELECT s.doc_id, s.score, s.v, s.fts_score, s.f, s.tier, e.project_id, e.kind, e.row_id
-    FROM scored AS s CROSS JOIN documents AS e ON e.id = s.doc_id
-    WHERE NOT EXISTS (
-        SELECT 1 FROM page_cut AS c
-        WHERE s.tier < c.tier OR (s.tier = c.tier AND s.score < c.score)
-    )
+    FROM scored AS s
+    LEFT JOIN page_cut AS c ON 1
+    CROSS JOIN documents AS e ON e.id = s.doc_id
+    WHERE c.tier IS NULL OR (s.tier, s.score) >= (c.tier, c.score)
     ORDER BY s.tier DESC, s.score DESC, e.project_id, e.kind, e.row_id
     LIMIT :limit + 0 OFFSET :offset + 0
 )"""
