@@ -7,7 +7,8 @@ plain and on a hash-partitioned schema) the postings are exactly `unnest(fts)` /
 backfills both from existing documents; and a search returns the same hits, tiers, scores,
 total and relaxation as the statement that read the documents' tsvectors (kept in
 tests/support/pg_postings.py), for natural-language, explicit, numeric and CJK queries,
-with and without filters.
+with and without filters; and each score is, to the bit, its terms' BM25 parts computed
+from the raw postings and added in (chan, lexeme) order.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from service.projects.lexical import compile_query
 from service.store.base import Filters, Mode, SearchPlan
 from service.store.postgres import PostgresStore
 from service.store.postgres import lexical_sql as lx
+from service.store.postgres import search_sql as q
 from service.store.postgres.search_sql import numbered
 from tests.integration.conftest import Corpus
 from tests.support.pg import fresh_database
@@ -133,6 +135,86 @@ async def test_scores_equal_the_tsvector_statement(pg: tuple[Corpus, str], filte
         for hit, row in zip(page.hits, expected, strict=True):
             assert hit.fts_score == pytest.approx(row["fts_score"], rel=1e-12), text
         assert page.hits or text == "runbook NOT friday" or filtered, text
+
+
+# The store's own fragments for the query's terms and the scope's N and mean lengths.
+_TERMS = "WITH" + lx.LEXICAL_INPUT + lx.QUERY_TERMS.rstrip(",")
+_TERMS += " SELECT chan, lexeme, prefix FROM qterms"
+_STATS = "WITH" + q.OWNED + lx.SCOPE_STATS.rstrip(",")
+_STATS += " SELECT n, avgdl, avgnl FROM stats"
+# One BM25 part per (df, tf, dl, mean length), in the store's expression and types.
+_PARTS = """
+SELECT ln(1.0 + ($1::float8 - u.df + 0.5) / (u.df + 0.5)) * u.tf * ($2::float8 + 1.0)
+       / (u.tf + $2::float8 * (1.0 - $3::float8 + $3::float8 * u.dl / u.avg))
+FROM unnest($4::float8[], $5::float8[], $6::int[], $7::float8[]) WITH ORDINALITY
+     AS u(df, tf, dl, avg, i)
+ORDER BY u.i"""
+
+
+async def _expected_scores(
+    conn: asyncpg.Connection, plan: SearchPlan
+) -> dict[tuple[int, str, str], float]:
+    """Each scope document's BM25 from its raw postings, parts added in (chan, lexeme) order."""
+    lexical = plan.lexical
+    assert lexical is not None
+    text, args = numbered(
+        _TERMS,
+        {
+            "tsq": lexical.tsquery,
+            "script_tsq": lexical.script_tsquery,
+            "tsq_relaxed": lexical.tsquery_relaxed,
+        },
+    )
+    terms = sorted(await conn.fetch(text, *args), key=lambda t: (t[0], t[1].encode()))
+    text, args = numbered(_STATS, {"tenant": plan.tenant, "scope": list(plan.project_ids)})
+    n, avgdl, avgnl = await conn.fetchrow(text, *args)
+    postings = await conn.fetch(
+        "SELECT project_id, chan, lexeme, kind, row_id, tf, dl FROM term_postings"
+        " WHERE project_id = ANY($1::bigint[])",
+        list(plan.project_ids),
+    )
+    parts: dict[tuple[int, str, str], list[tuple[float, float, int, float]]] = {}
+    for chan, lexeme, prefix in terms:
+        held: dict[tuple[int, str, str], tuple[float, int]] = {}
+        for project, p_chan, p_lexeme, kind, row, tf, dl in postings:
+            if p_chan != chan or not (
+                p_lexeme == lexeme or (prefix and p_lexeme.startswith(lexeme))
+            ):
+                continue
+            doc = (project, kind, row)
+            old_tf, old_dl = held.get(doc, (0.0, 0))
+            exact_tf = float(tf) if p_lexeme == lexeme else old_tf
+            held[doc] = (exact_tf, max(old_dl, dl))
+        for doc, (tf, dl) in held.items():
+            mean = avgdl if chan == 0 else avgnl
+            parts.setdefault(doc, []).append((float(len(held)), tf or 1.0, dl, mean))
+    scores = {}
+    for doc, inputs in parts.items():
+        values = await conn.fetch(
+            _PARTS, n, plan.bm25_k1, plan.bm25_b, *(list(col) for col in zip(*inputs, strict=True))
+        )
+        score = values[0][0]
+        for (part,) in values[1:]:
+            score += part  # sum(float8) adds left to right from its first value
+        scores[doc] = score
+    return scores
+
+
+async def test_scores_add_the_terms_in_one_order(pg: tuple[Corpus, str]) -> None:
+    """Scores equal, to the bit, their parts added in (chan, lexeme) order: one order for
+    every document, whatever the statement's plan (equal parts never tie an ulp apart)."""
+    corpus, dsn = pg
+    projects = await scored_projects(corpus, random.Random(11))
+    conn = await asyncpg.connect(dsn)
+    try:
+        for text in QUERIES:
+            plan = await corpus.plan(projects, Mode.FTS, text, limit=200)
+            page = await corpus.store.search(plan)
+            expected = await _expected_scores(conn, plan)
+            for hit in page.hits:
+                assert hit.fts_score == expected[(hit.project_id, hit.kind, hit.row_id)], text
+    finally:
+        await conn.close()
 
 
 COUNTED = {

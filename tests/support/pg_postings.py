@@ -135,6 +135,16 @@ fts AS MATERIALIZED (
     WHERE strict_hit OR relaxed_hit
 ),"""
 
+# The page's normalisation and totals as the store read them then: a window max over
+# `fts`, a count and an EXISTS (the store now reads one summary row, search_sql.FTS_SUMMARY).
+OLD_SCORED_FTS = """
+scored AS (
+    SELECT project_id, kind, row_id, fts_score AS score, 0.0::float8 AS v, fts_score,
+           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f, tier
+    FROM fts
+),"""
+OLD_TOTAL = "(SELECT count(*) FROM fts)"
+
 
 def old_fts_statement(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
     """The FTS statement as the store built it before term_postings (lexical plans only)."""
@@ -151,8 +161,8 @@ def old_fts_statement(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
         OLD_CANDIDATES.format(filters=filters),
         OLD_BM25.format(filters=filters),
         OLD_FTS_TIERED,
-        q.SCORED_FTS,
+        OLD_SCORED_FTS,
         q.PAGE,
-        q.META.format(relaxed=lx.RELAXED_FLAG, exact=q.EXACT_ALWAYS, total=q.TOTAL_COUNT),
+        q.META.format(relaxed=lx.RELAXED_FLAG, exact=q.EXACT_ALWAYS, total=OLD_TOTAL),
     ]
     return q.statement(ctes, q.CHUNKS_NONE), bindings

@@ -35,11 +35,13 @@ lex AS MATERIALIZED (
 # The query's positive terms (querytree drops negated ones), read back from tsquery text:
 # 'lexeme' with quotes doubled, then :* for a prefix. chan 0: english words over `fts`,
 # chan 1: script grams over `ngram_fts`. `in_words` / `in_relaxed` say which form holds a
-# word, `alike` that it is a prefix everywhere or nowhere (LEX_SHAPE reads them).
+# word, `alike` that it is a prefix everywhere or nowhere (LEX_SHAPE reads them). `k`
+# numbers the terms in (chan, lexeme) byte order, the order BM25 adds them in.
 TERM_PATTERN = r"'''((?:[^'']|'''')+)''(:\*)?'"
 QUERY_TERMS = f"""
 qterms AS MATERIALIZED (
-    SELECT chan, lexeme COLLATE "C" AS lexeme, prefix, in_words, in_relaxed, alike
+    SELECT chan, lexeme COLLATE "C" AS lexeme, prefix, in_words, in_relaxed, alike,
+           row_number() OVER (ORDER BY chan, lexeme COLLATE "C") AS k
     FROM (
         SELECT t.chan, replace(m[1], '''''', '''') AS lexeme,
                bool_or(m[2] IS NOT NULL) AS prefix,
@@ -53,57 +55,59 @@ qterms AS MATERIALIZED (
     ) AS terms
 ),"""  # noqa: S608 - only constant fragments are interpolated
 # Each query term's postings in the scope (`{eligible}`: only the eligible documents when
-# there are filters), one row per document holding it. BM25 tf is the term's position
-# count (at most 256 per lexeme); a prefix term counts its exact lexeme, or 1 when the
-# document holds only longer lexemes (as when tf was read from the tsvector, which could not
-# list those cheaply). Byte order ("C") makes a prefix's lexemes one index range, grouped
-# by document. Each term is its own LATERAL index range: joined as plain tables, the
-# planner hashed the terms and read every posting of the scope against them.
+# there are filters), one row per document holding it, with the term's part of the
+# document's BM25: Lucene's (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 and b from the
+# plan) with N, avgdl and df over the eligible scope, as the SQLite store computes it. tf is
+# the term's position count (at most 256 per lexeme); a prefix term counts its exact lexeme,
+# or 1 when the document holds only longer lexemes (as when tf was read from the tsvector,
+# which could not list those cheaply). Byte order ("C") makes a prefix's lexemes one index
+# range, grouped by document. Each term is its own LATERAL index range: joined as plain
+# tables, the planner hashed the terms and read every posting of the scope against them.
+# df is a window over the term's own rows: a GROUP BY of every posting, merge-joined back
+# to them by (chan, lexeme) after sorting both, cost more (with the row_id-first grouping of
+# `scores` and FTS_SUMMARY: FTS p50 -17%, p95 -20% at 100k chunks, same rows). Not
+# materialized: `scores` reads it once.
 TERM_TF = f"""
-term_tf AS MATERIALIZED (
-    SELECT q.chan, q.lexeme, x.project_id, x.kind, x.row_id, x.dl, x.tf::float8 AS tf
+term_tf AS (
+    SELECT q.k, x.project_id, x.kind, x.row_id,
+           ln(1.0 + ((SELECT n FROM stats) - x.df + 0.5) / (x.df + 0.5))
+               * x.tf * (:bm25_k1::float8 + 1.0)
+               / (x.tf + :bm25_k1::float8 * (1.0 - :bm25_b::float8 + :bm25_b::float8 * x.dl
+                   / CASE WHEN q.chan = 0 THEN (SELECT avgdl FROM stats)
+                          ELSE (SELECT avgnl FROM stats) END)) AS part
     FROM qterms AS q
     CROSS JOIN LATERAL (
-        SELECT x.project_id, x.kind, x.row_id, x.dl, x.tf
-        FROM term_postings AS x
-        WHERE {IN_SCOPE.format(alias="x")} AND x.chan = q.chan AND x.lexeme = q.lexeme
-        OFFSET 0
+        SELECT y.project_id, y.kind, y.row_id, y.dl, y.tf, count(*) OVER ()::float8 AS df
+        FROM (
+            SELECT x.project_id, x.kind, x.row_id, x.dl, x.tf::float8 AS tf
+            FROM term_postings AS x
+            WHERE NOT q.prefix AND {IN_SCOPE.format(alias="x")}
+              AND x.chan = q.chan AND x.lexeme = q.lexeme{{eligible}}
+            UNION ALL
+            SELECT x.project_id, x.kind, x.row_id, max(x.dl) AS dl,
+                   COALESCE(max(x.tf) FILTER (WHERE x.lexeme = q.lexeme), 1)::float8 AS tf
+            FROM term_postings AS x
+            WHERE q.prefix AND {IN_SCOPE.format(alias="x")} AND x.chan = q.chan
+              AND x.lexeme >= q.lexeme AND x.lexeme < q.lexeme || chr(1114111){{eligible}}
+            GROUP BY x.project_id, x.kind, x.row_id
+        ) AS y
     ) AS x
-    WHERE NOT q.prefix{{eligible}}
-    UNION ALL
-    SELECT q.chan, q.lexeme, x.project_id, x.kind, x.row_id, x.dl, x.tf
-    FROM qterms AS q
-    CROSS JOIN LATERAL (
-        SELECT x.project_id, x.kind, x.row_id, max(x.dl) AS dl,
-               COALESCE(max(x.tf) FILTER (WHERE x.lexeme = q.lexeme), 1)::float8 AS tf
-        FROM term_postings AS x
-        WHERE {IN_SCOPE.format(alias="x")} AND x.chan = q.chan
-          AND x.lexeme >= q.lexeme AND x.lexeme < q.lexeme || chr(1114111)
-        GROUP BY x.project_id, x.kind, x.row_id
-    ) AS x
-    WHERE q.prefix{{eligible}}
 ),"""  # noqa: S608 - only constant fragments are interpolated
 ELIGIBLE_POSTINGS = """
-      AND (x.project_id, x.kind, x.row_id) IN (SELECT project_id, kind, row_id FROM eligible)"""
-# Lucene's BM25 (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), k1 and b from the plan) with N,
-# avgdl and df over the eligible scope; the SQLite store computes the same sum. `hits` is
-# how many query terms a document holds. The sum adds the terms in one order for every
-# document, so equal parts give equal scores (then ordered by identity), never an ulp apart.
+              AND (x.project_id, x.kind, x.row_id) IN (
+                  SELECT project_id, kind, row_id FROM eligible)"""
+# `hits` is how many query terms a document holds. The sum adds the terms in one order for
+# every document (by `k`; a document has one row per term), so equal parts give equal
+# scores (then ordered by identity), never an ulp apart. row_id leads the grouping, so the
+# sort's first key nearly always decides (~2% of the statement against project_id first).
+# Materialized although FTS_TIERED_BY_COUNT's two arms are one-time alternatives: inlined,
+# it is planned twice (+0.6 ms a search where plans are custom, as with partitions).
 BM25 = """
-df AS MATERIALIZED (
-    SELECT chan, lexeme, count(*)::float8 AS df FROM term_tf GROUP BY chan, lexeme
-),{stats}
 scores AS MATERIALIZED (
     SELECT t.project_id, t.kind, t.row_id, count(*) AS hits,
-           sum(ln(1.0 + (s.n - df.df + 0.5) / (df.df + 0.5))
-               * t.tf * (:bm25_k1::float8 + 1.0)
-               / (t.tf + :bm25_k1::float8 * (1.0 - :bm25_b::float8 + :bm25_b::float8 * t.dl
-                   / CASE WHEN t.chan = 0 THEN s.avgdl ELSE s.avgnl END))
-               ORDER BY t.chan, t.lexeme) AS score
+           sum(t.part ORDER BY t.k) AS score
     FROM term_tf AS t
-    JOIN df ON df.chan = t.chan AND df.lexeme = t.lexeme
-    CROSS JOIN stats AS s
-    GROUP BY t.project_id, t.kind, t.row_id
+    GROUP BY t.row_id, t.kind, t.project_id
 ),"""
 # Unfiltered, N and the summed lengths are the scope projects' lexical_stats. sum(bigint) is
 # numeric, and numeric / numeric is the division avg(integer) ends with: the same doubles as
@@ -184,6 +188,8 @@ fts AS MATERIALIZED (
       AND NOT (SELECT by_count FROM lex_shape)
 ),"""  # noqa: S608 - only constant fragments are interpolated
 RELAXED_FLAG = "((SELECT relaxed_always FROM lex) OR EXISTS (SELECT 1 FROM fts WHERE tier = 0))"
+# FTS mode reads it from search_sql.FTS_SUMMARY instead, with the other totals of `fts`.
+RELAXED_SUMMARY = "((SELECT relaxed_always FROM lex) OR (SELECT relaxed FROM fts_summary))"
 FTS_ALL = """
 fts AS (SELECT project_id, kind, row_id, 0.0::float8 AS fts_score, 1 AS tier FROM eligible),"""
 FTS_NONE = """

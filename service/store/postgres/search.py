@@ -39,8 +39,9 @@ def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, 
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
         return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
     postings = lx.TERM_TF.format(eligible=lx.ELIGIBLE_POSTINGS if filters else "")
-    bm25 = lx.BM25.format(stats=lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS)
-    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, postings, bm25]
+    stats = lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS
+    # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
+    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats, postings, lx.BM25]
     if lexical.script_tsquery is None:
         # Words only: the tiers may be counted (LEX_SHAPE checks the parsed forms).
         ctes += [lx.LEX_SHAPE, lx.FTS_TIERED_BY_COUNT]
@@ -53,7 +54,8 @@ def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, 
         "bm25_k1": float(plan.bm25_k1),
         "bm25_b": float(plan.bm25_b),
     }
-    return ctes, lx.RELAXED_FLAG, bindings
+    relaxed = lx.RELAXED_SUMMARY if plan.mode is Mode.FTS else lx.RELAXED_FLAG
+    return ctes, relaxed, bindings
 
 
 def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
@@ -79,7 +81,11 @@ def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
             q.VECTOR_SCORES,
         ]
         exact = q.EXACT_BY_COUNT
-    total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
+    total = q.TOTAL_NONE
+    if not semantic:
+        # FTS: the top score, the total and the relaxation flag are one summary row.
+        ctes.append(q.FTS_SUMMARY)
+        total = q.TOTAL_SUMMARY
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
     ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE

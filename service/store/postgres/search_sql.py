@@ -115,10 +115,17 @@ vector_scores AS (
     GROUP BY project_id, kind, row_id
 ),"""
 
+# FTS mode: the top score (`f` divides by it), the exact total and whether a tier-0 row
+# exists, in one pass over `fts`; a window max, a count and an EXISTS read it three times.
+FTS_SUMMARY = """
+fts_summary AS MATERIALIZED (
+    SELECT max(fts_score) AS top, count(*) AS total, COALESCE(bool_or(tier = 0), false) AS relaxed
+    FROM fts
+),"""
 SCORED_FTS = """
 scored AS (
     SELECT project_id, kind, row_id, fts_score AS score, 0.0::float8 AS v, fts_score,
-           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f, tier
+           COALESCE(fts_score / NULLIF((SELECT top FROM fts_summary), 0.0), 0.0) AS f, tier
     FROM fts
 ),"""
 SCORED_VECTOR = """
@@ -191,7 +198,7 @@ page AS MATERIALIZED (
 ),"""
 META = """
 meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total}::bigint AS total)"""
-TOTAL_COUNT = "(SELECT count(*) FROM fts)"
+TOTAL_SUMMARY = "(SELECT total FROM fts_summary)"
 TOTAL_NONE = "NULL"
 
 CHUNKS_NONE = "NULL::json"
