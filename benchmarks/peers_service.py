@@ -117,17 +117,24 @@ def _builder(module: object, name: str) -> Any:
 
 
 class SqliteStatement:
-    """`service.store.sqlite.search.build(plan, index, checker)` on an apsw connection."""
+    """`service.store.sqlite.search.fetch_rows(...)` on an apsw connection: the statement
+    and, on the KNN path, the vector cache's candidates it binds (as the store runs it)."""
 
-    description = "service.store.sqlite.search.build() executed on an apsw reader connection"
+    description = (
+        "service.store.sqlite.search.fetch_rows() (the statement, with the vector cache's "
+        "KNN candidates as the store binds them) on an apsw reader connection"
+    )
 
     def __init__(self, path: Path) -> None:
         from service.store.sqlite import search
         from service.store.sqlite.connection import connect
         from service.store.sqlite.lexical_check import Fts5Checker, register_functions
         from service.store.sqlite.schema import SELECT_VECTOR_INDEX, VectorIndex
+        from service.store.sqlite.store import DEFAULT_VECTOR_CACHE_BYTES
+        from service.store.sqlite.vector_cache import VectorCache
 
-        self._build = _builder(search, "build")
+        self._fetch = _builder(search, "fetch_rows")
+        self._cache = VectorCache(DEFAULT_VECTOR_CACHE_BYTES)
         self._conn, support = connect(path, True, reader=True)
         register_functions(self._conn)
         row = self._conn.execute(SELECT_VECTOR_INDEX).fetchone()
@@ -137,9 +144,8 @@ class SqliteStatement:
 
     async def run(self, plan: SearchPlan) -> float:
         """Execute and fetch every row."""
-        sql, bindings = self._build(plan, self._index, self._checker)
         started = time.perf_counter()
-        self._conn.execute(sql, bindings).fetchall()
+        self._fetch(self._conn, plan, self._index, self._checker, self._cache)
         return time.perf_counter() - started
 
     async def close(self) -> None:

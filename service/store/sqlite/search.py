@@ -251,7 +251,7 @@ def run_search(
 
     conn.set_progress_handler(interrupt, PROGRESS_STEPS)
     try:
-        return page_from_rows(plan, _fetch(conn, plan, index, checker, cache))
+        return page_from_rows(plan, fetch_rows(conn, plan, index, checker, cache))
     except apsw.InterruptError as exc:
         if stop.is_set():
             raise errors.Cancelled("the search was cancelled by its caller") from exc
@@ -262,13 +262,14 @@ def run_search(
         conn.set_progress_handler(None)
 
 
-def _fetch(
+def fetch_rows(
     conn: apsw.Connection,
     plan: SearchPlan,
     index: VectorIndex,
     checker: Fts5Checker,
     cache: VectorCache | None,
 ) -> list[tuple[Any, ...]]:
+    """The statement's rows, with KNN candidates from `cache` when it holds the scope."""
     register_functions(conn)
     identity, vector = plan.identity, plan.query_vector
     if (
