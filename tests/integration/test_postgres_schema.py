@@ -119,3 +119,38 @@ async def test_open_fails_as_unavailable_when_the_server_is_unreachable() -> Non
     store = PostgresStore("postgresql://postgres@/nowhere?host=/nonexistent-socket-dir")
     with pytest.raises(errors.Unavailable):
         await store.open()
+
+
+@pytest.mark.parametrize("partitions", [0, 4])
+async def test_postings_are_read_from_their_key_alone(dsn: str, partitions: int) -> None:
+    """term_postings' key carries tf and dl (migration 4): once vacuum has marked the pages
+    visible, a term's postings in a project are an index-only scan, no heap fetch."""
+    store = PostgresStore(dsn, IDENTITY, partitions=partitions)
+    await store.open()
+    await store.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        included = await conn.fetch(
+            "SELECT c.relname, x.indnkeyatts, x.indnatts FROM pg_index AS x"
+            " JOIN pg_class AS c ON c.oid = x.indrelid JOIN pg_class AS i ON i.oid = x.indexrelid"
+            " WHERE c.relname LIKE 'term_postings%' AND x.indisprimary"
+        )
+        assert len(included) == (partitions + 1 if partitions else 1)
+        assert {(r["indnkeyatts"], r["indnatts"]) for r in included} == {(5, 7)}
+        await conn.execute(
+            "INSERT INTO term_postings SELECT 1 + g % 3, 0, 'w' || (g % 50), 'note', g::text, 1, 10"
+            " FROM generate_series(1, 6000) AS g"
+        )
+        await conn.execute("VACUUM (ANALYZE) term_postings")
+        await conn.execute("SET enable_seqscan = off")
+        await conn.execute("SET enable_bitmapscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN SELECT row_id, tf, dl FROM term_postings"
+                " WHERE project_id = 1 AND chan = 0 AND lexeme = 'w7'"
+            )
+        )
+        assert "Index Only Scan" in plan, plan
+    finally:
+        await conn.close()

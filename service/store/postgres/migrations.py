@@ -247,6 +247,15 @@ BACKFILL_STATS = """
 INSERT INTO lexical_stats (project_id, n, sum_dl, sum_nl)
 SELECT project_id, count(*), sum(doc_len), sum(ngram_len) FROM documents GROUP BY project_id"""
 
+# The key carries each posting's tf and dl, so a term's postings are read from the index
+# alone (an index-only scan once vacuum has marked the pages visible) instead of one heap
+# fetch each: FTS statement at 100k chunks p50 5.35 -> ~4.6 ms, p95 23 -> ~17.8 ms, and the
+# rebuilt index was smaller (389 -> 342 MB; the one built by inserts was fragmented).
+_TERM_POSTINGS_COVERING = """
+ALTER TABLE term_postings
+    DROP CONSTRAINT term_postings_pkey,
+    ADD PRIMARY KEY (project_id, chan, lexeme, kind, row_id) INCLUDE (tf, dl)"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -280,6 +289,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             BACKFILL_STATS,
         ),
     ),
+    Migration(4, "term_postings key covers tf and dl", (_TERM_POSTINGS_COVERING,)),
 )
 
 # Hash partitioning by project_id (SEARCH_PG_PARTITIONS, fixed when the schema is created):
