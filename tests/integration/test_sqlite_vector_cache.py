@@ -11,6 +11,7 @@ leaving scopes it cannot hold to vec0.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -219,6 +220,41 @@ async def test_scopes_past_the_budget_are_left_to_vec0(
             held = store._vector_cache.usage()  # the budget is the promise here
             assert held[1] <= 12 * (384 * 4 + 8) + 100
             assert held[0] <= 1
+    finally:
+        await plain.close()
+        await store.close()
+
+
+async def test_concurrent_searches_share_a_cache_that_keeps_evicting(
+    tmp_path: Path, embedder: DeterministicEmbedder
+) -> None:
+    """Many searches at once on the reader threads, over scopes that do not all fit: each
+    page is still the exact one (loads and evictions race, nothing is lost or mixed up)."""
+    path = tmp_path / "search.sqlite3"
+    per_project = 40 * (384 * 4 + 8)
+    store = SqliteStore(path, embedder.identity, vector_cache_bytes=3 * per_project)
+    await store.open()
+    plain = SqliteStore(path, embedder.identity, vector_cache_bytes=0)
+    await plain.open()
+    try:
+        corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
+        rng = random.Random(9)
+        projects = [p.project_id for p in await corpus.projects(5)]
+        for project in projects:
+            reference.owners[project] = corpus.tenant
+            texts = [" ".join(rng.choice(WORDS) for _ in range(4)) for _ in range(40)]
+            await corpus.write(project, [Doc("note", str(i), t) for i, t in enumerate(texts)])
+        cases = []
+        for _ in range(40):
+            scope = rng.sample(projects, rng.randrange(1, 3))
+            text = " ".join(rng.sample(WORDS, 3))
+            knn = await corpus.plan(scope, Mode.VECTOR, text, limit=5, exact_scan_limit=0)
+            exact = await reference.plan(scope, Mode.VECTOR, text, limit=5, exact_scan_limit=10**9)
+            cases.append((knn, _key(await plain.search(exact))))
+        pages = await asyncio.gather(*(store.search(knn) for knn, _ in cases))
+        assert [_key(page) for page in pages] == [want for _, want in cases]
+        held = store._vector_cache.usage()  # the budget is the promise here
+        assert held[1] <= 3 * per_project
     finally:
         await plain.close()
         await store.close()
