@@ -110,3 +110,22 @@ class _StoreCollector(Collector):
         for backend, count in sorted(stats.reads.items()):
             reads.add_metric([backend], count)
         yield reads
+        cache = stats.vector_cache
+        if cache is None:
+            return
+        yield GaugeMetricFamily(
+            "search_vector_cache_bytes",
+            "SQLite KNN matrices held in memory (SEARCH_SQLITE_VECTOR_CACHE_MB is the budget).",
+            value=cache.bytes,
+        )
+        yield GaugeMetricFamily(
+            "search_vector_cache_projects",
+            "Projects whose KNN matrix is held.",
+            value=cache.projects,
+        )
+        for name, help_text, value in (
+            ("loads", "Project matrices read from the database.", cache.loads),
+            ("evictions", "Projects dropped to stay within the budget.", cache.evictions),
+            ("fallbacks", "KNN searches whose scope did not fit: vec0 answered.", cache.fallbacks),
+        ):
+            yield CounterMetricFamily(f"search_vector_cache_{name}", help_text, value=value)

@@ -142,12 +142,25 @@ class ProjectStatus:
 
 
 @dataclass(frozen=True)
+class VectorCacheStats:
+    """The SQLite store's in-process KNN matrices (service.store.sqlite.vector_cache)."""
+
+    projects: int
+    bytes: int
+    budget_bytes: int
+    loads: int  # project matrices read from the database (first use, or after a change)
+    evictions: int  # projects dropped to stay within the budget
+    fallbacks: int  # KNN searches whose scope did not fit: vec0 answered
+
+
+@dataclass(frozen=True)
 class StoreStats:
     """What the metrics endpoint reads at scrape time (cheap, in memory, no statement)."""
 
     connections_in_use: int
     connections: int
     reads: Mapping[str, int]  # searches served, by backend: "primary" | "replica"
+    vector_cache: VectorCacheStats | None = None
 
 
 @dataclass(frozen=True)

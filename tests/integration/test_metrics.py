@@ -90,6 +90,31 @@ async def test_scrape_shows_pool_reads_and_backlog(tmp_path: Path) -> None:
         assert await _value_when(app.metrics_port, "search_index_chunks_pending", 0.0) == 0.0
 
 
+async def test_scrape_shows_the_sqlite_vector_cache(tmp_path: Path) -> None:
+    """A KNN search (every scope past SEARCH_EXACT_SCAN_LIMIT=0) reads its project's matrix
+    into memory once; the next one uses it; nothing fell back to vec0."""
+    env = {**METRICS, "SEARCH_EXACT_SCAN_LIMIT": "0"}
+    async with running_server(tmp_path, env) as app, channel_to(app) as channel:
+        pid = await _index_two_notes(channel)
+        search = sgrpc.ProjectSearchServiceStub(channel)
+        for _ in range(2):
+            call = search.SearchProjects(
+                spb.SearchProjectsRequest(
+                    scope=spb.ProjectScope(project_ids=[pid]), text="comet",
+                    mode=spb.SEARCH_MODE_VECTOR,
+                )
+            )
+            pages = [page async for page in call]
+            assert pages[0].page.results
+            assert not pages[0].page.ranking_is_exact
+        text = await asyncio.to_thread(_scrape, app.metrics_port)
+        assert _value(text, "search_vector_cache_loads_total") == 1.0
+        assert _value(text, "search_vector_cache_projects") == 1.0
+        assert _value(text, "search_vector_cache_bytes") == 2 * (384 * 4 + 8)
+        assert _value(text, "search_vector_cache_fallbacks_total") == 0.0
+        assert _value(text, "search_vector_cache_evictions_total") == 0.0
+
+
 async def test_backlog_counts_chunks_of_another_model(tmp_path: Path) -> None:
     async with running_server(tmp_path) as app, channel_to(app) as channel:
         await _index_two_notes(channel)

@@ -251,7 +251,12 @@ class SqliteStore:
     def stats(self) -> StoreStats:
         """Busy connections of the reader and writer threads, and searches served."""
         readers, writer = self._readers.usage, self._writer.usage
-        return StoreStats(readers[0] + writer[0], readers[1] + writer[1], {"primary": self._reads})
+        return StoreStats(
+            readers[0] + writer[0],
+            readers[1] + writer[1],
+            {"primary": self._reads},
+            self._vector_cache.stats() if self._vector_cache.enabled else None,
+        )
 
     async def pending_chunks(self) -> int:
         """Chunks of every tenant without a ready vector of the configured embedding."""

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
+from service.store.base import VectorCacheStats
 
 SELECT_GENERATIONS = """
 SELECT project_id, gen FROM vector_generations
@@ -75,6 +76,7 @@ class VectorCache:
         self._lock = threading.Lock()
         self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
         self._bytes = 0
+        self._loads = self._evictions = self._fallbacks = 0
 
     @property
     def enabled(self) -> bool:
@@ -96,10 +98,14 @@ class VectorCache:
         generations = {
             int(p): int(g) for p, g in conn.execute(SELECT_GENERATIONS, (json.dumps(scope),))
         }
-        matrices = []
+        matrices: list[_Matrix] = []
+        held = 0
         for project_id in scope:
             matrix = self._current(conn, project_id, generations.get(project_id, 0), identity)
-            if matrix is None:
+            held += matrix.nbytes if matrix is not None else 0
+            if matrix is None or held > self._budget:  # the scope cannot be held at once
+                with self._lock:
+                    self._fallbacks += 1
                 return None
             matrices.append(matrix)
         count = sum(len(m.ids) for m in matrices)
@@ -123,6 +129,7 @@ class VectorCache:
                 return found
         loaded = _load(conn, project_id, generation, identity)
         with self._lock:
+            self._loads += 1
             previous = self._matrices.pop(project_id, None)
             if previous is not None:
                 self._bytes -= previous.nbytes
@@ -131,6 +138,7 @@ class VectorCache:
             while self._matrices and self._bytes + loaded.nbytes > self._budget:
                 _, evicted = self._matrices.popitem(last=False)
                 self._bytes -= evicted.nbytes
+                self._evictions += 1
             self._matrices[project_id] = loaded
             self._bytes += loaded.nbytes
         return loaded
@@ -139,6 +147,18 @@ class VectorCache:
         """(projects, bytes) held now."""
         with self._lock:
             return len(self._matrices), self._bytes
+
+    def stats(self) -> VectorCacheStats:
+        """What the metrics endpoint shows."""
+        with self._lock:
+            return VectorCacheStats(
+                len(self._matrices),
+                self._bytes,
+                self._budget,
+                self._loads,
+                self._evictions,
+                self._fallbacks,
+            )
 
 
 def _load(
