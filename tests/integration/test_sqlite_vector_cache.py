@@ -258,3 +258,31 @@ async def test_concurrent_searches_share_a_cache_that_keeps_evicting(
     finally:
         await plain.close()
         await store.close()
+
+
+async def test_searches_racing_writes_never_fail_and_end_current(
+    two_stores: tuple[Corpus, Corpus],
+) -> None:
+    """KNN searches while both stores write to the same projects: every search answers
+    (its snapshot is a committed state), and once the writes are done pages are exact."""
+    cached, plain = two_stores
+    rng = random.Random(11)
+    projects = [p.project_id for p in await cached.projects(3)]
+    for project in projects:
+        plain.owners[project] = cached.tenant
+
+    async def write(step: int) -> None:
+        writer = (cached, plain)[step % 2]
+        docs = [Doc("note", str(rng.randrange(30)), _text(rng)) for _ in range(3)]
+        await writer.write(rng.choice(projects), {d.row_id: d for d in docs}.values())
+
+    async def search() -> SearchPage:
+        text = " ".join(rng.sample(WORDS, 2))
+        plan = await cached.plan(projects, Mode.VECTOR, text, limit=5, exact_scan_limit=0)
+        return await cached.store.search(plan)
+
+    jobs = [write(i) for i in range(20)] + [search() for _ in range(40)]
+    rng.shuffle(jobs)
+    results = await asyncio.gather(*jobs)
+    assert all(r is None or isinstance(r, SearchPage) for r in results)
+    await _compare(cached, plain, projects)
