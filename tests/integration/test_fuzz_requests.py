@@ -240,11 +240,23 @@ def _nested(f: Any) -> bool:
     )
 
 
+# Request limits sit at 20 (metadata conditions, workspace queries: 32) and 100 (values of
+# one condition, scope projects): one repeated field in ten is drawn around them, so every
+# limit is met from both sides (the fuzzers once drew at most 6 and never reached the
+# SQLite statement that failed past SQLite's expansion limit at 20 conditions).
+LONG_LISTS = ((18, 22), (30, 34), (98, 102))
+
+
 def _fill(draw: st.DrawFn, msg: Message, f: FieldDescriptor, pools: Pools, depth: int) -> None:
-    """Give field `f` of `msg` a random value (repeated fields: 0..6 of them)."""
+    """Give field `f` of `msg` a random value (repeated fields: 0..6 of them, sometimes
+    as many as a request limit, give or take two)."""
     strategy = _field(f, pools, depth)
     if f.is_repeated:
-        getattr(msg, f.name).extend(draw(st.lists(strategy, max_size=6)))
+        size = (0, 6)
+        if draw(st.integers(0, 9)) == 0:
+            size = draw(st.sampled_from(LONG_LISTS[:2] if _nested(f) else LONG_LISTS))
+        items = st.lists(strategy, min_size=size[0], max_size=size[1])
+        getattr(msg, f.name).extend(draw(items))
     elif f.type == FieldDescriptor.TYPE_MESSAGE:
         getattr(msg, f.name).CopyFrom(draw(strategy))
     else:
