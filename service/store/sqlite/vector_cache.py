@@ -91,9 +91,10 @@ class VectorCache:
         k: int,
         exact_scan_limit: int,
     ) -> Candidates | None:
-        """The k nearest ready vectors of each project of the scope, current as of `conn`'s
-        open read transaction (none when the scope holds at most `exact_scan_limit` of them:
-        the statement scans it exactly); None when they do not fit the budget."""
+        """The k nearest ready vectors of the scope (and those tied with the k-th), current
+        as of `conn`'s open read transaction; none when the scope holds at most
+        `exact_scan_limit` of them (the statement scans it exactly); None when they cannot
+        be held at once within the budget."""
         scope = sorted({int(p) for p in project_ids})
         generations = {
             int(p): int(g) for p, g in conn.execute(SELECT_GENERATIONS, (json.dumps(scope),))
@@ -164,13 +165,16 @@ class VectorCache:
 def _load(
     conn: apsw.Connection, project_id: int, generation: int, identity: EmbeddingIdentity
 ) -> _Matrix:
+    dims = int(identity.dimensions)
+    # A blob of another length than the identity's (only a writer behind the store's back
+    # makes one) is never a candidate.
     rows = [
-        (cast(int, chunk_id), cast(bytes, blob))
+        (cast(int, chunk_id), blob)
         for chunk_id, blob in conn.execute(
             SELECT_PROJECT_VECTORS, (project_id, identity.model, identity.dimensions)
         )
+        if isinstance(blob, bytes) and len(blob) == dims * 4
     ]
-    dims = int(identity.dimensions)
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
     matrix = matrix.reshape(len(rows), dims).copy()
