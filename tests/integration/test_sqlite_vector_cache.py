@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import apsw
+import pytest
 import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
@@ -286,3 +287,33 @@ async def test_searches_racing_writes_never_fail_and_end_current(
     results = await asyncio.gather(*jobs)
     assert all(r is None or isinstance(r, SearchPage) for r in results)
     await _compare(cached, plain, projects)
+
+
+@pytest.mark.parametrize("fits", [True, False])
+async def test_a_restarted_store_reads_its_matrices_at_once_when_they_fit(
+    tmp_path: Path, embedder: DeterministicEmbedder, fits: bool
+) -> None:
+    path = tmp_path / "search.sqlite3"
+    first = SqliteStore(path, embedder.identity)
+    await first.open()
+    corpus = Corpus(first, embedder, "acme")
+    projects = [p.project_id for p in await corpus.projects(3)]
+    for project in projects:
+        await corpus.write(project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)])
+    await first.close()
+    budget = 36 * (384 * 4 + 8) if fits else 36 * (384 * 4 + 8) - 1
+    store = SqliteStore(path, embedder.identity, vector_cache_bytes=budget)
+    await store.open()
+    try:
+        await store.warmed()
+        stats = store.stats().vector_cache
+        assert stats is not None
+        assert (stats.projects, stats.loads) == ((3, 3) if fits else (0, 0))
+        corpus = Corpus(store, embedder, "acme")
+        plan = await corpus.plan(projects[:1], Mode.VECTOR, "comet orbit", exact_scan_limit=0)
+        assert (await store.search(plan)).hits
+        after = store.stats().vector_cache
+        assert after is not None
+        assert after.loads == (3 if fits else 1)  # warm: the search read nothing more
+    finally:
+        await store.close()

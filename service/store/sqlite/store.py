@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -38,6 +39,8 @@ from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex, migrate, prepare_vector_index
 from service.store.sqlite.search import check_plan, run_search
 from service.store.sqlite.vector_cache import VectorCache
+
+log = logging.getLogger("search.store.sqlite")
 
 DEFAULT_READERS = 4
 DEFAULT_VECTOR_CACHE_BYTES = 256 * 1024 * 1024  # SEARCH_SQLITE_VECTOR_CACHE_MB
@@ -107,6 +110,7 @@ class SqliteStore:
         self._index = VectorIndex(None, False)
         # The KNN path's candidates (vector_cache.py); 0 bytes leaves them to vec0.
         self._vector_cache = VectorCache(vector_cache_bytes)
+        self._warming: asyncio.Task[None] | None = None
         self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
         self._memory_refresh = asyncio.Lock()  # ':memory:' has no file to lock
 
@@ -129,9 +133,30 @@ class SqliteStore:
             lambda conn: prepare_vector_index(conn, self._identity, support.loaded)
         )
         self._capabilities = Capabilities("sqlite", support.loaded, ADAPTER, support.reason)
+        identity, cache = self._index.identity, self._vector_cache
+        if self._index.usable and identity is not None and cache.enabled:
+            # In the background: searches may start before it is done (and load for
+            # themselves what it has not read yet).
+            self._warming = asyncio.create_task(self._warm(cache, identity))
+
+    async def _warm(self, cache: VectorCache, identity: EmbeddingIdentity) -> None:
+        try:
+            read = await self._readers.run_unhooked(lambda conn: cache.warm(conn, identity))
+        except Exception:  # a cold cache is only slower: never fail the store over it
+            log.warning("sqlite vector cache warm-up failed", exc_info=True)
+        else:
+            log.info("sqlite vector cache warm", extra={"projects": read})
+
+    async def warmed(self) -> None:
+        """Wait for the vector cache's start-up read (tests, benchmarks)."""
+        if self._warming is not None:
+            await asyncio.shield(self._warming)
 
     async def close(self) -> None:
         """Finish running jobs and close every connection."""
+        if self._warming is not None:
+            self._warming.cancel()
+            await asyncio.gather(self._warming, return_exceptions=True)
         await asyncio.to_thread(self._writer.close)
         await asyncio.to_thread(self._readers.close)
         self._checker.close()

@@ -42,6 +42,10 @@ SELECT_PROJECT_VECTORS = """
 SELECT chunk_id, embedding FROM vectors
 WHERE project_id = ? AND model = ? AND dimensions = ? AND state = 'ready'
 ORDER BY chunk_id"""
+COUNT_PROJECT_VECTORS = """
+SELECT project_id, count(*) FROM vectors
+WHERE model = ? AND dimensions = ? AND state = 'ready'
+GROUP BY project_id ORDER BY project_id"""
 TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
 
 
@@ -143,6 +147,26 @@ class VectorCache:
             self._matrices[project_id] = loaded
             self._bytes += loaded.nbytes
         return loaded
+
+    def warm(self, conn: apsw.Connection, identity: EmbeddingIdentity) -> int:
+        """Read every project's matrix when all of them fit the budget (a restarted server
+        then answers its first searches without a load each); none otherwise, leaving the
+        least-recently-used order to the searches. Returns the projects read."""
+        conn.execute("BEGIN")  # the counts and generations of one snapshot
+        try:
+            counts = conn.execute(COUNT_PROJECT_VECTORS, (identity.model, identity.dimensions))
+            projects = [(int(p), int(n)) for p, n in counts]
+            row_bytes = int(identity.dimensions) * 4 + 8
+            if not projects or sum(n for _, n in projects) * row_bytes > self._budget:
+                return 0
+            scope = json.dumps([p for p, _ in projects])
+            generations = {int(p): int(g) for p, g in conn.execute(SELECT_GENERATIONS, (scope,))}
+            for project_id, _ in projects:
+                self._current(conn, project_id, generations.get(project_id, 0), identity)
+            return len(projects)
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
 
     def usage(self) -> tuple[int, int]:
         """(projects, bytes) held now."""
