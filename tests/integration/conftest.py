@@ -324,3 +324,17 @@ async def shared_nebula(corpus: Corpus, count: int = 3) -> list[ProjectRecord]:
             ],
         )
     return projects
+
+
+@pytest_asyncio.fixture
+async def sqlite_corpus(
+    tmp_path: Path, embedder: DeterministicEmbedder
+) -> AsyncIterator[tuple[Corpus, Path]]:
+    """A SQLite store's corpus (tenant acme) and the path of its file."""
+    path = tmp_path / "search.sqlite3"
+    store = SqliteStore(path, embedder.identity)
+    await store.open()
+    try:
+        yield Corpus(store, embedder, "acme"), path
+    finally:
+        await store.close()

@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import apsw
 import pytest
-import pytest_asyncio
 
-from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Filters, Mode, SearchPlan
-from service.store.sqlite import SqliteStore
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.search import scoring_terms
 from tests.integration.conftest import Corpus, Doc
@@ -33,19 +29,6 @@ from tests.support.sqlite_postings import (
     postings_table,
     stats_table,
 )
-
-
-@pytest_asyncio.fixture
-async def sqlite_corpus(
-    tmp_path: Path, embedder: DeterministicEmbedder
-) -> AsyncIterator[tuple[Corpus, Path]]:
-    path = tmp_path / "search.sqlite3"
-    store = SqliteStore(path, embedder.identity)
-    await store.open()
-    try:
-        yield Corpus(store, embedder, "acme"), path
-    finally:
-        await store.close()
 
 
 async def _check_postings(path: Path) -> None:

@@ -13,16 +13,13 @@ with and without filters.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import apsw
-import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Filters, Fusion, Mode, SearchPage, SearchPlan
-from service.store.sqlite import SqliteStore
 from service.store.sqlite.connection import connect
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex
@@ -32,19 +29,6 @@ from tests.integration.conftest import Corpus
 from tests.support.postings_corpus import QUERIES, scored_projects
 
 SHADOW_TABLES = ("docs_fts_", "vec_chunks_")
-
-
-@pytest_asyncio.fixture
-async def sqlite_corpus(
-    tmp_path: Path, embedder: DeterministicEmbedder
-) -> AsyncIterator[tuple[Corpus, Path]]:
-    path = tmp_path / "search.sqlite3"
-    store = SqliteStore(path, embedder.identity)
-    await store.open()
-    try:
-        yield Corpus(store, embedder, "acme"), path
-    finally:
-        await store.close()
 
 
 def _compilations(conn: apsw.Connection, run: Any) -> int:

@@ -59,6 +59,15 @@ def _key(page: SearchPage) -> list[tuple[int, str, str, float, float]]:
     return [(h.project_id, h.kind, h.row_id, h.score, h.vector_score) for h in page.hits]
 
 
+async def _filled_project(cached: Corpus, plain: Corpus, rng: random.Random) -> int:
+    """A project of 200 notes of 2-6 random words, known to both stores' corpora."""
+    project = (await cached.project("p")).project_id
+    plain.owners[project] = cached.tenant
+    fillers = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(2, 7))) for _ in range(200)]
+    await cached.write(project, [Doc("note", str(i), text) for i, text in enumerate(fillers)])
+    return project
+
+
 async def _compare(cached: Corpus, plain: Corpus, projects: list[int]) -> None:
     for text in QUERIES:
         for scope in (projects, projects[:1]):
@@ -134,11 +143,7 @@ async def test_vectors_changed_behind_the_store_are_seen(
     """A tool updating `vectors` in place (re-embedding, un-readying) moves the cache on too:
     the chunk farthest from the query, given the nearest chunk's vector, is a candidate."""
     cached, plain = two_stores
-    project = (await cached.project("p")).project_id
-    plain.owners[project] = cached.tenant
-    rng = random.Random(5)
-    fillers = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(2, 7))) for _ in range(200)]
-    await cached.write(project, [Doc("note", str(i), text) for i, text in enumerate(fillers)])
+    project = await _filled_project(cached, plain, random.Random(5))
     await cached.write(project, [Doc("note", "near", "galaxy redshift quasar")])
     text = "galaxy redshift quasar"
     knn = await cached.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=0)
@@ -178,11 +183,7 @@ async def test_deleting_the_nearest_documents_leaves_no_hole(
 ) -> None:
     """The deleted candidates are not in the cache any more: the page is filled from the rest."""
     cached, plain = two_stores
-    project = (await cached.project("p")).project_id
-    plain.owners[project] = cached.tenant
-    rng = random.Random(6)
-    fillers = [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(2, 7))) for _ in range(200)]
-    await cached.write(project, [Doc("note", str(i), text) for i, text in enumerate(fillers)])
+    project = await _filled_project(cached, plain, random.Random(6))
     text = "galaxy redshift quasar"
     knn = await cached.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=0)
     exact = await plain.plan([project], Mode.VECTOR, text, limit=80, exact_scan_limit=10**9)
