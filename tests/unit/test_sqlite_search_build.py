@@ -15,6 +15,7 @@ from service.projects.lexical import LexicalQuery, compile_query
 from service.store.base import DocumentInput, DocumentWrite, Filters, Mode, SearchPlan
 from service.store.sqlite import SqliteStore
 from service.store.sqlite import search_sql as q
+from service.store.sqlite import vector_sql as v
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.search import build, choose_lexical
@@ -147,11 +148,11 @@ def test_strategy_count_reads_the_vector_index_unless_filters_need_documents(
 ) -> None:
     plan = _plan(Mode.VECTOR, compile_query("a b"))
     plain, _ = build(plan, VectorIndex(IDENTITY, True), checker)
-    assert q.VECTOR_COUNT_SCOPE in plain
+    assert v.VECTOR_COUNT_SCOPE in plain
     filtered = dataclasses.replace(plan, filters=Filters(kinds=("note",)))
     joined, _ = build(filtered, VectorIndex(IDENTITY, True), checker)
-    assert q.VECTOR_COUNT in joined
-    assert q.VECTOR_COUNT_SCOPE not in joined
+    assert v.VECTOR_COUNT in joined
+    assert v.VECTOR_COUNT_SCOPE not in joined
 
 
 def test_fts_statement_counts_in_the_same_statement(checker: Fts5Checker) -> None:

@@ -25,12 +25,13 @@ from service.store.base import (
 )
 from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.sqlite import search_sql as q
+from service.store.sqlite import vector_sql as v
 from service.store.sqlite.filters import filter_sql
 from service.store.sqlite.lexical_check import Fts5Checker, register_functions
 from service.store.sqlite.postings import COLUMN_NUMBERS
 from service.store.sqlite.schema import VectorIndex
 from service.store.sqlite.values import from_micros, load_metadata, vector_blob
-from service.store.sqlite.vector_cache import Candidates, VectorCache
+from service.store.sqlite.vector_cache import VectorCache, register_cache_functions
 
 KNN_MAX_K = 4096  # sqlite-vec's limit on k (which applies per project partition)
 # SQLite VM instructions between deadline checks (microseconds of work each time).
@@ -133,12 +134,13 @@ def build(
     checker: Fts5Checker,
     *,
     lexical_off: bool = False,
-    candidates: Candidates | None = None,
+    cached: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """The statement text and its bindings; KNN `candidates` from the vector cache replace
-    vec0's search when given."""
+    """The statement text and its bindings; `cached`: the connection answers the vector
+    cache's functions (vector_cache.register_cache_functions), asked before vec0."""
     filters, bindings = filter_sql(plan.filters)
-    ctes = [q.ELIGIBLE.format(filters=filters)]
+    materialized = "MATERIALIZED" if filters else "NOT MATERIALIZED"
+    ctes = [q.ELIGIBLE.format(filters=filters, materialized=materialized)]
     relaxed, exact = q.RELAXED_NEVER, q.EXACT_ALWAYS
     if plan.mode is not Mode.VECTOR:
         lexical = choose_lexical(plan, checker, disabled=lexical_off, filtered=bool(filters))
@@ -148,35 +150,22 @@ def build(
     semantic = plan.mode is not Mode.FTS
     if semantic:
         if index.usable and index.identity == plan.identity:
-            exact = q.EXACT_BY_COUNT
-            knn_eligible = q.KNN_ELIGIBLE if filters else q.KNN_OWNED
-            if candidates is not None:
-                bindings["knn_candidates"] = candidates.json()
-            if candidates is not None and not filters:
-                # The cache counted the scope's vectors: only the arm that runs is planned.
-                if candidates.count <= plan.exact_scan_limit:
-                    ctes.append(q.EXACT_SIMS)
-                    exact = q.EXACT_ALWAYS
-                else:
-                    sims = q.KNN_SIMS.format(knn_eligible=knn_eligible, knn_similarity=q.SIMILARITY)
-                    ctes += [q.KNN_CACHED_ONLY, sims]
-                    exact = q.EXACT_NEVER
-            else:
-                count = q.VECTOR_COUNT if filters else q.VECTOR_COUNT_SCOPE
-                knn, similarity = q.KNN, q.KNN_SIMILARITY
-                if candidates is not None:
-                    knn, similarity = q.KNN_CACHED, q.SIMILARITY
-                sims = q.EXACT_OR_KNN_SIMS.format(
-                    knn_eligible=knn_eligible, knn_similarity=similarity
-                )
-                ctes += [count, knn, sims]
+            count = v.VECTOR_COUNT if filters else v.VECTOR_COUNT_SCOPE
+            knn, similarity = v.KNN, v.KNN_SIMILARITY
+            if cached:
+                count = v.VECTOR_COUNT if filters else v.VECTOR_COUNT_CACHED
+                knn, similarity = v.KNN_CACHED, v.SIMILARITY
+            knn_eligible = v.KNN_ELIGIBLE if filters else v.KNN_OWNED
+            sims = v.EXACT_OR_KNN_SIMS.format(knn_eligible=knn_eligible, knn_similarity=similarity)
+            ctes += [count, knn, sims]
+            exact = v.EXACT_BY_COUNT
         else:
-            ctes.append(q.EXACT_SIMS)
-        ctes.append(q.VECTOR_SCORES)
+            ctes.append(v.EXACT_SIMS)
+        ctes.append(v.VECTOR_SCORES)
     total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
     ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
-    chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
+    chunks = v.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
 
@@ -269,46 +258,20 @@ def fetch_rows(
     checker: Fts5Checker,
     cache: VectorCache | None,
 ) -> list[tuple[Any, ...]]:
-    """The statement's rows, with KNN candidates from `cache` when it holds the scope."""
+    """The statement's rows (one statement: with `cache`, it asks the cache for the KNN
+    candidates itself, in its own snapshot)."""
     register_functions(conn)
-    identity, vector = plan.identity, plan.query_vector
-    if (
-        cache is None
-        or not cache.enabled
-        or plan.mode is Mode.FTS
-        or not index.usable
-        or identity is None
-        or index.identity != identity
-        or vector is None
-    ):
-        return _execute(conn, plan, index, checker, None)
-    # One read transaction: the cache is checked against the snapshot the statement reads.
-    conn.execute("BEGIN")
-    try:
-        k = _knn_k(plan, bool(filter_sql(plan.filters)[0]))
-        candidates = cache.nearest(
-            conn, plan.project_ids, identity, vector, k, plan.exact_scan_limit
-        )
-        return _execute(conn, plan, index, checker, candidates)
-    finally:
-        if conn.in_transaction:  # an interrupted statement may have ended it already
-            conn.execute("COMMIT")
-
-
-def _execute(
-    conn: apsw.Connection,
-    plan: SearchPlan,
-    index: VectorIndex,
-    checker: Fts5Checker,
-    candidates: Candidates | None,
-) -> list[tuple[Any, ...]]:
-    sql, bindings = build(plan, index, checker, candidates=candidates)
+    cached = cache is not None and cache.enabled and plan.mode is not Mode.FTS
+    if cached:
+        assert cache is not None
+        register_cache_functions(conn, cache)
+    sql, bindings = build(plan, index, checker, cached=cached)
     try:
         return conn.execute(sql, bindings).fetchall()
     except apsw.SQLError as exc:
         if "fts5" not in str(exc).lower():
             raise
-    sql, bindings = build(plan, index, checker, lexical_off=True, candidates=candidates)
+    sql, bindings = build(plan, index, checker, lexical_off=True, cached=cached)
     return conn.execute(sql, bindings).fetchall()
 
 

@@ -29,8 +29,10 @@ TENANT = ":tenant || ''"
 # The scope's projects the tenant owns (the service checked already; each statement does too).
 OWNED_SCOPE = f"""SELECT p.project_id FROM projects AS p
     WHERE p.tenant = {TENANT} AND p.project_id IN (SELECT value FROM json_each(:scope))"""  # noqa: S608 - constants
+# Materialized with filters (several CTEs read it); without, the one reader streams it, so a
+# nearest-neighbour search whose exact arm is not taken never builds it (~3 ms at 7.5k).
 ELIGIBLE = f"""
-eligible AS MATERIALIZED (
+eligible AS {{materialized}} (
     SELECT d.id AS doc_id, d.project_id
     FROM projects AS p
     JOIN documents AS d ON d.project_id = p.project_id
@@ -231,109 +233,8 @@ fts AS (SELECT 0 AS doc_id, 0.0 AS fts_score, 1 AS tier WHERE 0)"""
 RELAXED_NEVER = "0"
 RELAXED_WHEN_LOOSE = "EXISTS (SELECT 1 FROM fts WHERE tier = 0)"
 RELAXED_ALWAYS = "1"
-
-# The identity is compared through expressions, as the tenant is (see TENANT).
-MODEL, DIMENSIONS = ":model || ''", ":dimensions + 0"
-VALID_VECTOR = f"""v.state = 'ready' AND v.model = {MODEL} AND v.dimensions = {DIMENSIONS}
-      AND v.source_hash = c.source_hash"""
-# CROSS JOIN fixes the loop order (SQLite never reorders it): scope first, so the cost
-# follows the eligible set, never the size of the whole vectors table.
-ELIGIBLE_VECTORS = f"""
-    FROM eligible AS e
-    CROSS JOIN chunks AS c ON c.project_id = e.project_id AND c.document_id = e.doc_id
-    CROSS JOIN vectors AS v ON v.chunk_id = c.id
-    WHERE {VALID_VECTOR}"""
-# The CASE keeps vec_distance_cosine away from vectors of other dimensions whatever order
-# SQLite evaluates the WHERE terms in.
-SIMILARITY = (
-    f"MIN(1.0, 1.0 - CASE WHEN v.dimensions = {DIMENSIONS} "
-    "THEN vec_distance_cosine(v.embedding, :query_vector) END)"
-)
-EXACT_SIMS = f"""
-chunk_sims AS MATERIALIZED (
-    SELECT c.document_id AS doc_id, {SIMILARITY} AS sim
-    {ELIGIBLE_VECTORS}
-)"""
-# Both arms are guarded by the same constant condition, which SQLite evaluates once before
-# looping: exactly one of the exact scan and the KNN search runs. The count only picks the
-# strategy, so it stops past the limit. Without filters it reads the covering index
-# vectors_identity alone (stale source hashes are not checked, as on PostgreSQL); joining
-# every scope vector to its chunk (and reading each vector row) cost ~4x more.
-VECTOR_COUNT = f"""
-vcount AS MATERIALIZED (
-    SELECT COUNT(*) AS n FROM (
-        SELECT 1
-        {ELIGIBLE_VECTORS}
-        LIMIT :exact_scan_limit + 1
-    )
-)"""  # noqa: S608 - only constant fragments are interpolated
-VECTOR_COUNT_SCOPE = f"""
-vcount AS MATERIALIZED (
-    SELECT COUNT(*) AS n FROM (
-        SELECT 1 FROM vectors AS v
-        WHERE v.project_id IN ({OWNED_SCOPE})
-          AND v.model = {MODEL} AND v.dimensions = {DIMENSIONS} AND v.state = 'ready'
-        LIMIT :exact_scan_limit + 1
-    )
-)"""  # noqa: S608 - only constant fragments are interpolated
-KNN = """
-knn AS MATERIALIZED (
-    SELECT chunk_id, distance
-    FROM vec_chunks
-    WHERE embedding MATCH :query_vector AND k = :knn_k
-      AND project_id IN (SELECT value FROM json_each(:scope))
-      AND (SELECT n FROM vcount) > :exact_scan_limit
-)"""
-# The candidates of the in-process matrices (service.store.sqlite.vector_cache), in place of
-# vec0's: the k nearest ready vectors of the scope, as PostgreSQL's HNSW answers. Without
-# filters the cache counted the scope's vectors in the same snapshot, so the statement holds
-# only the arm that runs (SQLite materializes `eligible` for a guarded arm all the same:
-# ~3 ms at 7.5k documents); with filters the count of the eligible ones decides, as for vec0.
-KNN_CACHED = """
-knn AS MATERIALIZED (
-    SELECT value AS chunk_id FROM json_each(:knn_candidates)
-    WHERE (SELECT n FROM vcount) > :exact_scan_limit
-)"""
-KNN_CACHED_ONLY = """
-knn AS MATERIALIZED (SELECT value AS chunk_id FROM json_each(:knn_candidates))"""
-# vec0 reports its cosine distance; a cached candidate's similarity is computed from the
-# stored vector, as on the exact path (the matrices only choose the candidates).
-KNN_SIMILARITY = "MIN(1.0, 1.0 - k.distance)"
-KNN_ARM = f"""
-    SELECT c.document_id AS doc_id, {{knn_similarity}} AS sim
-    FROM knn AS k
-    JOIN chunks AS c ON c.id = k.chunk_id
-    JOIN vectors AS v ON v.chunk_id = c.id
-    WHERE {{knn_eligible}} AND {VALID_VECTOR}"""  # noqa: S608 - only constant fragments
-EXACT_OR_KNN_SIMS = f"""
-chunk_sims AS MATERIALIZED (
-    SELECT c.document_id AS doc_id, {SIMILARITY} AS sim
-    {ELIGIBLE_VECTORS}
-      AND (SELECT n FROM vcount) <= :exact_scan_limit
-    UNION ALL{KNN_ARM}
-)"""  # noqa: S608 - only constant fragments are interpolated
-KNN_SIMS = f"""
-chunk_sims AS MATERIALIZED ({KNN_ARM}
-)"""
-# What a KNN candidate must pass besides its vector: with filters, the eligible documents;
-# without, the tenant's own scope projects (vec0 searched the scope's partitions, unchecked),
-# which spares joining every candidate to the materialized eligible set (~4 ms at 20k
-# scope chunks: SQLite indexes that set again for each search).
-KNN_ELIGIBLE = "c.document_id IN (SELECT doc_id FROM eligible)"
-KNN_OWNED = f"c.project_id IN ({OWNED_SCOPE})"
 EXACT_ALWAYS = "1"
-EXACT_NEVER = "0"
-EXACT_BY_COUNT = "(SELECT n FROM vcount) <= :exact_scan_limit"
-VECTOR_SCORES = """
-vector_scores AS (
-    SELECT doc_id, MAX(sim) AS v FROM chunk_sims
-    WHERE sim >= :min_similarity
-    GROUP BY doc_id
-)"""
 
-# The normalised score divides by the list's top, one uncorrelated subquery computed once
-# (a window over every match cost ~1 us a row). Materialized: each reference of a CTE is
-# expanded again, and the tiered shapes' trees would pass SQLite's limit.
 SCORED_FTS = """
 scored AS MATERIALIZED (
     SELECT doc_id, fts_score AS score, 0.0 AS v, fts_score,
@@ -415,17 +316,6 @@ TOTAL_COUNT = "(SELECT COUNT(*) FROM fts)"
 TOTAL_NONE = "NULL"
 
 CHUNKS_NONE = "NULL"
-TOP_CHUNKS = f"""(
-    SELECT json_group_array(json_array(x.chunk_index, x.text, x.sim)) FROM (
-        SELECT c.chunk_index, c.text, {SIMILARITY} AS sim
-        FROM chunks AS c JOIN vectors AS v ON v.chunk_id = c.id
-        WHERE c.project_id = pg.project_id AND c.document_id = pg.doc_id
-          AND {VALID_VECTOR}
-          AND sim >= :min_similarity
-        ORDER BY sim DESC, c.chunk_index
-        LIMIT :max_chunks + 0
-    ) AS x
-)"""  # noqa: S608 - only constant fragments are interpolated
 FINAL = """
 SELECT m.relaxed, m.exact, m.total,
        pg.project_id, p.external_id, pg.kind, pg.row_id, d.title, d.path, d.category,

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 import apsw
 import numpy as np
@@ -47,6 +48,7 @@ COUNT_PROJECT_VECTORS = """
 SELECT project_id, count(*) FROM vectors
 WHERE model = ? AND dimensions = ? AND state = 'ready'
 GROUP BY project_id ORDER BY project_id"""
+T = TypeVar("T")
 TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
 
 
@@ -60,17 +62,6 @@ class _Matrix:
     @property
     def nbytes(self) -> int:
         return int(self.rows.nbytes + self.ids.nbytes)
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """The nearest cached vectors of a scope, as the statement binds them."""
-
-    count: int  # ready vectors of the identity in the scope (what the statement's count says)
-    chunk_ids: list[int]  # nearest first
-
-    def json(self) -> str:
-        return "[" + ",".join(map(str, self.chunk_ids)) + "]"
 
 
 class VectorCache:
@@ -87,19 +78,38 @@ class VectorCache:
     def enabled(self) -> bool:
         return self._budget > 0
 
-    def nearest(
+    def scope_count(
+        self, conn: apsw.Connection, project_ids: Sequence[int], identity: EmbeddingIdentity
+    ) -> int | None:
+        """Ready vectors of `identity` in the scope, as of `conn`'s current snapshot (the
+        matrices brought up to date); None when they cannot be held at once."""
+        matrices = self._scope(conn, project_ids, identity)
+        return None if matrices is None else sum(len(m.ids) for m in matrices)
+
+    def nearest_ids(
         self,
         conn: apsw.Connection,
         project_ids: Sequence[int],
         identity: EmbeddingIdentity,
-        query: Sequence[float],
+        query: NDArray[np.float32],
         k: int,
-        exact_scan_limit: int,
-    ) -> Candidates | None:
-        """The k nearest ready vectors of the scope (and those tied with the k-th), current
-        as of `conn`'s open read transaction; none when the scope holds at most
-        `exact_scan_limit` of them (the statement scans it exactly); None when they cannot
-        be held at once within the budget."""
+    ) -> list[int] | None:
+        """The chunk ids of the k nearest ready vectors of the scope (and of those tied with
+        the k-th), nearest first; None when the scope cannot be held at once."""
+        matrices = self._scope(conn, project_ids, identity)
+        if matrices is None:
+            return None
+        norm = float(np.linalg.norm(query))
+        probe = query / norm if norm > 0 else query
+        if not matrices:
+            return []
+        ids = np.concatenate([m.ids for m in matrices])
+        distances = np.concatenate([1.0 - m.rows @ probe for m in matrices])
+        return _nearest(ids, distances, k)
+
+    def _scope(
+        self, conn: apsw.Connection, project_ids: Sequence[int], identity: EmbeddingIdentity
+    ) -> list[_Matrix] | None:
         scope = sorted({int(p) for p in project_ids})
         generations = {
             int(p): int(g) for p, g in conn.execute(SELECT_GENERATIONS, (json.dumps(scope),))
@@ -114,16 +124,7 @@ class VectorCache:
                     self._fallbacks += 1
                 return None
             matrices.append(matrix)
-        count = sum(len(m.ids) for m in matrices)
-        if count <= exact_scan_limit:
-            return Candidates(count, [])
-        probe = np.asarray(query, dtype=np.float32)
-        norm = float(np.linalg.norm(probe))
-        if norm > 0:
-            probe = probe / norm
-        ids = np.concatenate([m.ids for m in matrices])
-        distances = np.concatenate([1.0 - m.rows @ probe for m in matrices])
-        return Candidates(count, _nearest(ids, distances, k))
+        return matrices
 
     def _current(
         self, conn: apsw.Connection, project_id: int, generation: int, identity: EmbeddingIdentity
@@ -223,3 +224,44 @@ def _nearest(ids: NDArray[np.int64], distances: NDArray[np.float32], k: int) -> 
         keep = np.arange(len(ids))
     order = keep[np.lexsort((ids[keep], distances[keep]))]
     return [int(i) for i in ids[order]]
+
+
+_FUNCTIONS: weakref.WeakKeyDictionary[apsw.Connection, VectorCache] = weakref.WeakKeyDictionary()
+
+
+def register_cache_functions(conn: apsw.Connection, cache: VectorCache) -> None:
+    """`search_cached_vector_count(scope, model, dimensions)` and `search_cached_knn(query,
+    scope, model, dimensions, k)` on `conn`, answered from `cache` (NULL when it cannot hold
+    the scope): the search statement asks them, so the cache is read in the statement's own
+    snapshot and a search stays one statement. Their own reads (generations, a project's
+    vectors) are the statement's inner work, like FTS5's and vec0's, and are kept out of the
+    statement hooks. Once per connection and cache."""
+    if _FUNCTIONS.get(conn) is cache:
+        return
+
+    def quiet(read: Callable[[], T]) -> T:
+        tracer, conn.exec_trace = conn.exec_trace, None
+        try:
+            return read()
+        finally:
+            conn.exec_trace = tracer
+
+    def count(*args: apsw.SQLiteValue) -> int | None:
+        scope, model, dimensions = args
+        identity = EmbeddingIdentity(str(model), int(cast(int, dimensions)))
+        return quiet(lambda: cache.scope_count(conn, json.loads(str(scope)), identity))
+
+    def knn(*args: apsw.SQLiteValue) -> str | None:
+        query, scope, model, dimensions, k = args
+        identity = EmbeddingIdentity(str(model), int(cast(int, dimensions)))
+        probe = np.frombuffer(cast(bytes, query), dtype=np.float32)
+        found = quiet(
+            lambda: cache.nearest_ids(
+                conn, json.loads(str(scope)), identity, probe, int(cast(int, k))
+            )
+        )
+        return None if found is None else "[" + ",".join(map(str, found)) + "]"
+
+    conn.create_scalar_function("search_cached_vector_count", count, 3)
+    conn.create_scalar_function("search_cached_knn", knn, 5)
+    _FUNCTIONS[conn] = cache
