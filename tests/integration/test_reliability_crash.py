@@ -1,5 +1,7 @@
 """kill -9 of the server process during large upsert streams: nothing acknowledged is lost, and
-every document is wholly one version (row, chunks and vectors), after a restart.
+every document is wholly one version (row, chunks and vectors), after a restart; what is
+derived from the documents (lexical postings and statistics, vector generations) agrees
+with them.
 
 Two writers stream new versions of their half of the documents (8 messages of 25 documents per
 call) into a real `python -m service serve` child. The child is killed with SIGKILL while
@@ -30,7 +32,14 @@ from search_client.pb.search.v1 import project_search_pb2 as ppb
 from search_client.pb.search.v1 import project_search_pb2_grpc as pgrpc
 from service.indexing.chunking import chunk_markdown, document_source_text
 from tests.support.pg import fresh_database
+from tests.support.pg_postings import postings_and_stats
 from tests.support.reliability.process import ServerProcess, start_server
+from tests.support.sqlite_postings import (
+    documents_stats,
+    fts5_postings,
+    postings_table,
+    stats_table,
+)
 
 DOCUMENTS = 200
 PER_MESSAGE = 25
@@ -276,6 +285,47 @@ async def _crash_and_check(backend: str, tmp_path: Path, env: dict[str, str]) ->
             if backend == "sqlite"
             else await _read_postgres(env["SEARCH_DATABASE_URL"], pid)
         )
+        derived = (
+            _sqlite_derived(tmp_path / "search.sqlite3")
+            if backend == "sqlite"
+            else await _postgres_derived(env["SEARCH_DATABASE_URL"])
+        )
     finally:
         await restarted.stop()
     assert _check(stored, ledger) == []
+    assert derived == [], derived
+
+
+def _sqlite_derived(path: Path) -> list[str]:
+    """What the lexical postings, statistics and vector generations must equal after the
+    kill: FTS5's own index, the documents' lengths, every project with vectors counted."""
+    conn = apsw.Connection(str(path))
+    try:
+        problems = []
+        if postings_table(conn) != fts5_postings(conn):
+            problems.append("term_postings differ from FTS5's index")
+        if stats_table(conn) != documents_stats(conn):
+            problems.append("lexical_stats differ from the documents")
+        missing = conn.execute(
+            "SELECT DISTINCT v.project_id FROM vectors AS v LEFT JOIN vector_generations AS g"
+            " ON g.project_id = v.project_id WHERE g.project_id IS NULL"
+        ).fetchall()
+        if missing:
+            problems.append(f"projects with vectors but no generation: {missing}")
+        return problems
+    finally:
+        conn.close()
+
+
+async def _postgres_derived(dsn: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        postings, expected, stats, document_stats = await postings_and_stats(conn)
+    finally:
+        await conn.close()
+    problems = []
+    if postings != expected:
+        problems.append("term_postings differ from the documents' tsvectors")
+    if stats != document_stats:
+        problems.append("lexical_stats differ from the documents")
+    return problems
