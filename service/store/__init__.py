@@ -39,7 +39,7 @@ async def open_store(
     replica_max_lag: float = 10.0,
     replica_check_interval: float = 1.0,
     partitions: int = 0,
-    sqlite_vector_cache_bytes: int = 256 << 20,
+    sqlite_vector_cache_bytes: int | None = None,
 ) -> Store:
     """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL
     (with at most `pool_size` connections)."""
@@ -47,11 +47,15 @@ async def open_store(
         if replica_urls:
             raise ValueError("read replicas need a postgresql:// primary")
         from service.store.sqlite import SqliteStore
+        from service.store.sqlite.store import DEFAULT_VECTOR_CACHE_BYTES
 
+        cache = (
+            DEFAULT_VECTOR_CACHE_BYTES
+            if sqlite_vector_cache_bytes is None
+            else sqlite_vector_cache_bytes
+        )
         store: Store = SqliteStore(
-            sqlite_path(database_url, data_dir),
-            identity,
-            vector_cache_bytes=sqlite_vector_cache_bytes,
+            sqlite_path(database_url, data_dir), identity, vector_cache_bytes=cache
         )
     elif database_url.startswith(POSTGRES_PREFIXES):
         # Imported lazily so the embedded default never needs asyncpg loaded.

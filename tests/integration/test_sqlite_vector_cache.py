@@ -213,15 +213,23 @@ async def test_scopes_past_the_budget_are_left_to_vec0(
             await corpus.write(
                 project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)]
             )
+        loads = []
         for scope in (projects[:1], projects, projects[1:]):
             knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0)
             vec0 = await reference.plan(
                 scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0
             )
             assert _key(await store.search(knn)) == _key(await plain.search(vec0))
-            held = store._vector_cache.usage()  # the budget is the promise here
-            assert held[1] <= 12 * (384 * 4 + 8) + 100
-            assert held[0] <= 1
+            held = store.stats().vector_cache
+            assert held is not None
+            assert held.bytes <= 12 * (384 * 4 + 8) + 100
+            assert held.projects <= 1
+            loads.append(held.loads)
+        # The scope of two was counted, not read: one read for each one-project scope.
+        assert loads == [1, 1, 2]
+        fallbacks = store.stats().vector_cache
+        assert fallbacks is not None
+        assert fallbacks.fallbacks == 1
     finally:
         await plain.close()
         await store.close()
@@ -255,8 +263,9 @@ async def test_concurrent_searches_share_a_cache_that_keeps_evicting(
             cases.append((knn, _key(await plain.search(exact))))
         pages = await asyncio.gather(*(store.search(knn) for knn, _ in cases))
         assert [_key(page) for page in pages] == [want for _, want in cases]
-        held = store._vector_cache.usage()  # the budget is the promise here
-        assert held[1] <= 3 * per_project
+        held = store.stats().vector_cache
+        assert held is not None
+        assert held.bytes <= 3 * per_project
     finally:
         await plain.close()
         await store.close()

@@ -192,8 +192,8 @@ def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[s
 
 
 def _knn_k(plan: SearchPlan, filtered: bool) -> int:
-    """KNN candidates per project: the rows the page can reach and one more, over-fetched
-    when filters are applied after the search."""
+    """KNN candidates (vec0: of each project partition; the vector cache: of the scope):
+    the rows the page can reach and one more, over-fetched when filters come after."""
     return knn_k(plan.offset + plan.limit + 1, filtered, KNN_MAX_K)
 
 
@@ -261,10 +261,10 @@ def fetch_rows(
     """The statement's rows (one statement: with `cache`, it asks the cache for the KNN
     candidates itself, in its own snapshot)."""
     register_functions(conn)
-    cached = cache is not None and cache.enabled and plan.mode is not Mode.FTS
-    if cached:
-        assert cache is not None
+    cached = False
+    if cache is not None and cache.enabled and plan.mode is not Mode.FTS:
         register_cache_functions(conn, cache)
+        cached = True
     sql, bindings = build(plan, index, checker, cached=cached)
     try:
         return conn.execute(sql, bindings).fetchall()

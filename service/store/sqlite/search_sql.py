@@ -235,6 +235,9 @@ RELAXED_WHEN_LOOSE = "EXISTS (SELECT 1 FROM fts WHERE tier = 0)"
 RELAXED_ALWAYS = "1"
 EXACT_ALWAYS = "1"
 
+# The normalised score divides by the list's top, one uncorrelated subquery computed once
+# (a window over every match cost ~1 us a row). Materialized: each reference of a CTE is
+# expanded again, and the tiered shapes' trees would pass SQLite's limit.
 SCORED_FTS = """
 scored AS MATERIALIZED (
     SELECT doc_id, fts_score AS score, 0.0 AS v, fts_score,

@@ -44,10 +44,11 @@ WHERE project_id IN (SELECT value FROM json_each(?))"""
 SELECT_PROJECT_VECTORS = """
 SELECT chunk_id, embedding FROM vectors
 WHERE project_id = ? AND model = ? AND dimensions = ? AND state = 'ready'"""
+# The covering index vectors_identity alone: what a project would take before it is read.
 COUNT_PROJECT_VECTORS = """
-SELECT project_id, count(*) FROM vectors
-WHERE model = ? AND dimensions = ? AND state = 'ready'
-GROUP BY project_id ORDER BY project_id"""
+SELECT count(*) FROM vectors
+WHERE project_id = ? AND model = ? AND dimensions = ? AND state = 'ready'"""
+SELECT_GENERATION_PROJECTS = "SELECT project_id FROM vector_generations"
 T = TypeVar("T")
 TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
 
@@ -96,7 +97,7 @@ class VectorCache:
     ) -> list[int] | None:
         """The chunk ids of the k nearest ready vectors of the scope (and of those tied with
         the k-th), nearest first; None when the scope cannot be held at once."""
-        matrices = self._scope(conn, project_ids, identity)
+        matrices = self._scope(conn, project_ids, identity, for_knn=True)
         if matrices is None:
             return None
         norm = float(np.linalg.norm(query))
@@ -108,32 +109,55 @@ class VectorCache:
         return _nearest(ids, distances, k)
 
     def _scope(
-        self, conn: apsw.Connection, project_ids: Sequence[int], identity: EmbeddingIdentity
+        self,
+        conn: apsw.Connection,
+        project_ids: Sequence[int],
+        identity: EmbeddingIdentity,
+        *,
+        for_knn: bool = False,
     ) -> list[_Matrix] | None:
+        """The scope's matrices, each current; None, reading nothing, when they cannot be
+        held at once (what a project not held yet would take is counted from the index
+        first: reading a scope only to drop it would cost every search a full read)."""
         scope = sorted({int(p) for p in project_ids})
         generations = {
             int(p): int(g) for p, g in conn.execute(SELECT_GENERATIONS, (json.dumps(scope),))
         }
-        matrices: list[_Matrix] = []
-        held = 0
+        held: dict[int, _Matrix] = {}
+        with self._lock:
+            for project_id in scope:
+                found = self._matrices.get(project_id)
+                current = (generations.get(project_id, 0), identity)
+                if found is not None and (found.generation, found.identity) == current:
+                    held[project_id] = found
+                    self._matrices.move_to_end(project_id)
+        row_bytes = int(identity.dimensions) * 4 + 8
+        needed = sum(m.nbytes for m in held.values())
         for project_id in scope:
-            matrix = self._current(conn, project_id, generations.get(project_id, 0), identity)
-            held += matrix.nbytes if matrix is not None else 0
-            if matrix is None or held > self._budget:  # the scope cannot be held at once
+            if project_id not in held:
+                row = conn.execute(
+                    COUNT_PROJECT_VECTORS, (project_id, identity.model, identity.dimensions)
+                ).fetchall()[0]
+                needed += int(cast(int, row[0])) * row_bytes
+        if needed > self._budget:
+            if for_knn:  # one fallback per search: the one whose candidates vec0 gives
                 with self._lock:
                     self._fallbacks += 1
+            return None
+        matrices = []
+        for project_id in scope:
+            matrix = held.get(project_id) or self._read(
+                conn, project_id, generations.get(project_id, 0), identity
+            )
+            if matrix is None:  # the count said it fits; kept as the budget's guard
                 return None
             matrices.append(matrix)
         return matrices
 
-    def _current(
+    def _read(
         self, conn: apsw.Connection, project_id: int, generation: int, identity: EmbeddingIdentity
     ) -> _Matrix | None:
-        with self._lock:
-            found = self._matrices.get(project_id)
-            if found is not None and found.generation == generation and found.identity == identity:
-                self._matrices.move_to_end(project_id)
-                return found
+        """Read one project's matrix and hold it, evicting least recently used ones."""
         loaded = _load(conn, project_id, generation, identity)
         with self._lock:
             self._loads += 1
@@ -156,24 +180,12 @@ class VectorCache:
         least-recently-used order to the searches. Returns the projects read."""
         conn.execute("BEGIN")  # the counts and generations of one snapshot
         try:
-            counts = conn.execute(COUNT_PROJECT_VECTORS, (identity.model, identity.dimensions))
-            projects = [(int(p), int(n)) for p, n in counts]
-            row_bytes = int(identity.dimensions) * 4 + 8
-            if not projects or sum(n for _, n in projects) * row_bytes > self._budget:
-                return 0
-            scope = json.dumps([p for p, _ in projects])
-            generations = {int(p): int(g) for p, g in conn.execute(SELECT_GENERATIONS, (scope,))}
-            for project_id, _ in projects:
-                self._current(conn, project_id, generations.get(project_id, 0), identity)
-            return len(projects)
+            projects = [int(cast(int, p)) for (p,) in conn.execute(SELECT_GENERATION_PROJECTS)]
+            matrices = self._scope(conn, projects, identity)
+            return 0 if matrices is None else len(matrices)
         finally:
             if conn.in_transaction:
                 conn.execute("COMMIT")
-
-    def usage(self) -> tuple[int, int]:
-        """(projects, bytes) held now."""
-        with self._lock:
-            return len(self._matrices), self._bytes
 
     def stats(self) -> VectorCacheStats:
         """What the metrics endpoint shows."""

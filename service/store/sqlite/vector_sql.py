@@ -125,10 +125,6 @@ vector_scores AS (
     GROUP BY doc_id
 )"""
 
-# The normalised score divides by the list's top, one uncorrelated subquery computed once
-# (a window over every match cost ~1 us a row). Materialized: each reference of a CTE is
-# expanded again, and the tiered shapes' trees would pass SQLite's limit.
-
 TOP_CHUNKS = f"""(
     SELECT json_group_array(json_array(x.chunk_index, x.text, x.sim)) FROM (
         SELECT c.chunk_index, c.text, {SIMILARITY} AS sim
