@@ -1,0 +1,144 @@
+"""Paging by identity on a busy machine, with providers that answer too late.
+
+The randomized paging test (test_workspace_paging_random.py) changes the providers' data
+and fails single requests at random, on the engine, on a quiet machine. What it cannot
+show is time: a provider that answers after the request timeout, a call whose deadline
+runs out while lists are still being read, an event loop that gets the CPU late. Here the
+same guarantee (docs/semantics.md, "Paging by identity") is checked through the real
+server and the client, with `stress-ng` keeping every core busy (when it is installed), a
+short provider request timeout, faults that include answers later than that timeout, and
+calls with a deadline of their own: every result present from the first page to the last
+is emitted exactly once, none twice, and nothing that never existed. A call that runs out
+of time on the client (DEADLINE_EXCEEDED) is retried with the same page token, as a caller
+would. The run must have met timeouts (a TIMED_OUT or partial status), else it proved
+nothing. Runs: SEARCH_TEST_BUSY_PAGING_RUNS (default 16).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from search_client import (
+    AsyncSearchClient,
+    DeadlineExceededError,
+    FusedPage,
+    NativeQuery,
+    Provider,
+    QueryState,
+    RetryPolicy,
+)
+from service.fakes.suite import FakeProviders
+from service.workspace.lists import canonical_url
+from tests.integration.paging_corpus import WORD, seeded
+from tests.support.server import running_server
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+RUNS = int(os.environ.get("SEARCH_TEST_BUSY_PAGING_RUNS", "16"))
+MAX_CALLS = 160
+REQUEST_TIMEOUT = 0.4  # seconds per provider request
+LATE = 0.7  # a late answer: after the request timeout
+CALL_TIMEOUTS = (None, 0.25, 0.5, 0.9, 1.5)  # a caller's own deadline, drawn per call
+QUERIES = [
+    NativeQuery(Provider.SLACK, WORD),
+    NativeQuery(Provider.GITHUB, WORD),
+    NativeQuery(Provider.GOOGLE_DRIVE, WORD),
+    NativeQuery(Provider.SLACK, f"{WORD} message"),
+]
+
+
+@contextmanager
+def busy_machine() -> Iterator[bool]:
+    """`stress-ng` on every core while the block runs; False when it is not installed."""
+    executable = shutil.which("stress-ng")
+    if executable is None:
+        yield False
+        return
+    workers = str(os.cpu_count() or 2)
+    process = subprocess.Popen(
+        [executable, "--cpu", workers, "--timeout", "900s", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield True
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def _page(client: AsyncSearchClient, token: str, top_k: int, deadline: float | None,
+                seen: Counter[str]) -> FusedPage:
+    """One call with the caller's own deadline (seconds); statuses are counted into `seen`."""
+    page = None
+    async for item in client.search_workspace(QUERIES, top_k=top_k, page_token=token,
+                                              timeout=deadline):
+        if isinstance(item, FusedPage):
+            page = item
+        else:
+            seen[item.state.name] += 1
+            seen["partial"] += item.partial
+    assert page is not None, "a call ended without its page"
+    return page
+
+
+async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, seed: int,
+                    seen: Counter[str]) -> None:
+    rng = random.Random(50_000 + seed)
+    corpus = seeded(fakes, rng, slow=LATE)
+    top_k = rng.randrange(3, 12)
+    emitted: list[str] = []
+    token = ""
+    for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
+        try:
+            page = await _page(client, token, top_k, rng.choice(CALL_TIMEOUTS), seen)
+        except DeadlineExceededError:
+            seen["client deadline"] += 1
+            continue  # the page never arrived: ask again with the same token
+        emitted.extend(canonical_url(r.url) for r in page.results)
+        token = page.next_page_token
+        if not token:
+            break
+        corpus.change()
+    else:
+        pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
+    repeated = [url for url, n in Counter(emitted).items() if n > 1]
+    assert not repeated, f"seed {seed}: emitted twice: {repeated[:5]}"
+    present = {canonical_url(u) for u in corpus.initial - corpus.deleted}
+    missing = present - set(emitted)
+    assert not missing, f"seed {seed} ({calls} calls, top_k {top_k}): never emitted {missing}"
+    unknown = set(emitted) - {canonical_url(u) for u in corpus.ever}
+    assert not unknown, f"seed {seed}: emitted what never existed: {unknown}"
+
+
+async def test_paging_by_identity_holds_on_a_busy_machine_with_late_providers(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    env = {
+        "SEARCH_ALLOW_PRIVATE_BASE_URLS": "true",
+        "SEARCH_ALLOW_INSECURE_PROVIDER_HTTP": "true",
+        "SEARCH_PROVIDER_BASE_URLS": fakes.base_urls(),
+        "SEARCH_PROVIDER_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT),
+        "SEARCH_SHARED_PROVIDER_WAITS": "false",
+    }
+    seen: Counter[str] = Counter()
+    async with (
+        running_server(tmp_path, env=env) as app,
+        AsyncSearchClient(f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1)) as client,
+    ):
+        for provider, fake in ((Provider.SLACK, fakes.slack), (Provider.GITHUB, fakes.github),
+                               (Provider.GOOGLE_DRIVE, fakes.google_drive)):
+            await client.connect_account(provider, provider.name, fake.token)
+        with busy_machine():
+            for seed in range(RUNS):
+                await _run_once(client, fakes, seed, seen)
+    timed_out = seen[QueryState.TIMED_OUT.name] + seen["partial"] + seen["client deadline"]
+    assert timed_out > 0, f"no request ran out of time, so nothing was tested: {dict(seen)}"
