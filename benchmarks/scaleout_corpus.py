@@ -17,11 +17,16 @@ import asyncpg
 
 from benchmarks.latency import workload
 from benchmarks.measure import Query
-from benchmarks.workbench import LoadedCorpus, Workbench, log
+from benchmarks.workbench import (
+    HNSW_BUILD_MEMORY,
+    HNSW_BUILD_WORKERS,
+    LoadedCorpus,
+    Workbench,
+    log,
+)
 
 MIXED = ("fts", "vector", "hybrid")
 
-BUILD_MEMORY = "4GB"
 HNSW_INDEXES = """
 SELECT indexname, indexdef FROM pg_indexes
 WHERE tablename = 'vectors' AND indexdef ILIKE '%USING hnsw%'"""
@@ -77,8 +82,8 @@ async def _build_hnsw(dsn: str, definitions: list[str]) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(MARK_ALL)
-        await conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
-        await conn.execute("SET max_parallel_maintenance_workers = 2")
+        await conn.execute(f"SET maintenance_work_mem = '{HNSW_BUILD_MEMORY}'")
+        await conn.execute(f"SET max_parallel_maintenance_workers = {HNSW_BUILD_WORKERS}")
         for definition in definitions:
             await conn.execute(definition)
     finally:
