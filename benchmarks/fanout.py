@@ -84,14 +84,18 @@ class Driver:
                 provider=value, display_name=name,
                 credentials=accounts_pb2.Credentials(token=f"tok-{name}-secret")))
 
-    async def search(self, queries: Sequence[wpb.NativeQuery], outcome: Outcome) -> None:
-        """One SearchWorkspace call, read to its end."""
-        request = wpb.SearchWorkspaceRequest(queries=list(queries), top_k=TOP_K)
+    async def search(self, queries: Sequence[wpb.NativeQuery], outcome: Outcome,
+                     delivery: wpb.StatusDelivery = wpb.STATUS_DELIVERY_STREAMED) -> None:
+        """One SearchWorkspace call, read to its end (`delivery`: where statuses travel)."""
+        request = wpb.SearchWorkspaceRequest(queries=list(queries), top_k=TOP_K,
+                                             status_delivery=delivery)
         started = time.perf_counter()
         results = 0
         async for message in self.stub.SearchWorkspace(request, timeout=30):
             if message.HasField("page"):
                 results += len(message.page.results)
+                for status in message.page.statuses:
+                    outcome.states[wpb.QueryState.Name(status.state)] += 1
             else:
                 outcome.states[wpb.QueryState.Name(message.query_status.state)] += 1
         outcome.client.append(time.perf_counter() - started)
@@ -176,10 +180,11 @@ async def _server_times(world: _World) -> list[float]:
     return [t.seconds for t in await world.timings() if t.method == SEARCH]
 
 
-async def _sequential(driver: Driver, queries: Sequence[wpb.NativeQuery], count: int) -> Outcome:
+async def _sequential(driver: Driver, queries: Sequence[wpb.NativeQuery], count: int,
+                      delivery: wpb.StatusDelivery = wpb.STATUS_DELIVERY_STREAMED) -> Outcome:
     outcome = Outcome()
     for _ in range(count):
-        await driver.search(queries, outcome)
+        await driver.search(queries, outcome, delivery)
     return outcome
 
 
@@ -229,6 +234,14 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
             full_server = await _server_times(world)
             fusion = await world.fusion_seconds()
             requests = await world.requests()
+            # The same series with the statuses inside the page (one stream message per
+            # page instead of 33): what the Python client asks for.
+            cpu_before = world.cpu_seconds()
+            in_page = await _sequential(driver, every, searches, wpb.STATUS_DELIVERY_IN_PAGE)
+            in_page_cpu = _cpu_per_search(cpu_before, world.cpu_seconds(), searches)
+            in_page_server = await _server_times(world)
+            await world.fusion_seconds()
+            await world.requests()
             alone = {}
             for name in PROVIDERS:
                 alone[name] = summarize(
@@ -244,13 +257,27 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
     finally:
         await world.close()
     data = _rows(full, full_server, fusion, alone, busy_rows, searches)
+    data["rows"].insert(1, _in_page_row(in_page, in_page_server, data["rows"][0]))
     data["cpu_ms_per_search"] = cpu
+    data["cpu_ms_per_search_in_page"] = in_page_cpu
     data["http_requests_per_search"] = {
         name: count / max(1, searches) for name, count in requests.items()}
     log(f"fanout: CPU ms per sequential search {_fmt(cpu)}; busy "
         + "; ".join(f"{row[0]} callers {_fmt(row[4])}" for row in busy_rows)
         + f"; HTTP requests per search {sum(requests.values()) / max(1, searches):.1f}")
     return data
+
+
+def _in_page_row(outcome: Outcome, server: list[float], streamed: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """The sequential row again, statuses inside the page (`status_delivery = IN_PAGE`)."""
+    client = summarize(outcome.client)
+    slowest = streamed["slowest_provider_ms"]
+    log(f"fanout: statuses in the page: p50 {client['p50_ms']:.1f} ms "
+        f"({client['p50_ms'] - slowest:+.1f} ms against the slowest provider)")
+    return {"case": "8 accounts x 4 queries, one call at a time, statuses in the page",
+            "client": client, "server": summarize(server), "slowest_provider_ms": slowest,
+            "p50_minus_slowest_ms": client["p50_ms"] - slowest, "concurrency": 1}
 
 
 def _fmt(cpu: dict[str, float]) -> str:

@@ -198,6 +198,10 @@ def _fanout_cpu(data: Any) -> list[str]:
     sequential = data.get("cpu_ms_per_search", {})
     rows = [["1 (one call at a time)", "-", "-",
              *(fmt(sequential.get(n), 1) for n in names)]]
+    in_page = data.get("cpu_ms_per_search_in_page")
+    if in_page:
+        rows.append(["1, statuses in the page", "-", "-",
+                     *(fmt(in_page.get(n), 1) for n in names)])
     rows += [[fmt(row["concurrency"]), fmt(row["searches_per_s"], 1), _triple(row["client"]),
               *(fmt(row["cpu_ms_per_search"].get(n), 1) for n in names)] for row in sweep]
     return ["Throughput by concurrent callers, and CPU milliseconds per search by process:",

@@ -180,9 +180,10 @@ async def test_fanout_reports_every_provider_and_fusion_cost() -> None:
     data = await fanout.measure(2, inprocess=True)
     assert set(data["alone"]) == set(fanout.PROVIDERS)
     assert set(data["states"]) == {"QUERY_STATE_OK"}
-    sequential, concurrent = data["rows"]
+    sequential, in_page, concurrent = data["rows"]
     assert sequential["client"]["n"] == 2
     assert sequential["fusion_us_per_search"] > 0
+    assert in_page["client"]["n"] == 2  # the same series, statuses inside the page
     assert concurrent["searches_per_s"] > 0
 
 

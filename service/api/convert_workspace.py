@@ -16,7 +16,6 @@ from service.workspace.events import (
     FusedResult,
     ListedAccount,
     QueryStatus,
-    SearchEvent,
 )
 from service.workspace.guidance import Guidance, ProviderCard
 from service.workspace.model import Credentials, Kind, ProviderId, QueryCard, QueryState
@@ -213,11 +212,13 @@ def page_to_proto(page: FusedPage) -> pb.FusedPage:
     )
 
 
-def event_to_proto(event: SearchEvent) -> pb.SearchWorkspaceResponse:
-    """One stream message."""
-    if isinstance(event, FusedPage):
-        return pb.SearchWorkspaceResponse(page=page_to_proto(event))
-    return pb.SearchWorkspaceResponse(query_status=status_to_proto(event))
+def statuses_in_page(value: int) -> bool:
+    """True for `status_delivery = IN_PAGE`; INVALID_ARGUMENT naming the field when unknown."""
+    if value in (pb.STATUS_DELIVERY_UNSPECIFIED, pb.STATUS_DELIVERY_STREAMED):
+        return False
+    if value == pb.STATUS_DELIVERY_IN_PAGE:
+        return True
+    raise InvalidArgument.field("status_delivery", f"unknown status delivery {value}")
 
 
 def connect_from_proto(msg: apb.ConnectAccountRequest) -> ConnectRequest:

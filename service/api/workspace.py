@@ -10,10 +10,12 @@ from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service import context as request_context
 from service.api.convert_workspace import (
-    event_to_proto,
     listing_to_proto,
+    page_to_proto,
     provider_from_proto,
     search_request_from_proto,
+    status_to_proto,
+    statuses_in_page,
 )
 from service.workspace.engine import WorkspaceEngine
 from service.workspace.events import QueryStatus
@@ -45,18 +47,28 @@ class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
     ) -> AsyncIterator[pb.SearchWorkspaceResponse]:
         """See the proto."""
         ctx = request_context.current()
+        in_page = statuses_in_page(request.status_delivery)
         search = self._engine.search(
             ctx.tenant, search_request_from_proto(request), deadline=ctx.deadline
         )
         # The latest status of each query on each account supersedes earlier ones: report
         # how each settled once, when the call ends (however it ends).
         settled: dict[tuple[int, str], QueryStatus] = {}
+        held: list[pb.QueryStatus] = []  # IN_PAGE: the statuses the next page carries
         try:
             async with aclosing(search) as events:
                 async for event in events:
                     if isinstance(event, QueryStatus):
                         settled[event.query_index, event.account_id] = event
-                    yield event_to_proto(event)
+                        if in_page:
+                            held.append(status_to_proto(event))
+                        else:
+                            yield pb.SearchWorkspaceResponse(query_status=status_to_proto(event))
+                        continue
+                    page = page_to_proto(event)
+                    page.statuses.extend(held)
+                    held.clear()
+                    yield pb.SearchWorkspaceResponse(page=page)
         finally:
             for status in settled.values():
                 self._on_query(status.provider.value, status.state.value)

@@ -154,6 +154,46 @@ async def test_connect_list_and_search_through_the_channel(
         assert page.results[0].update_time.seconds == 200
 
 
+async def _messages(client: Client, request: pb.SearchWorkspaceRequest
+                    ) -> list[pb.SearchWorkspaceResponse]:
+    call = client.search.SearchWorkspace(request, metadata=client.metadata)
+    return [message async for message in call]
+
+
+async def test_statuses_in_the_page_are_the_statuses_streamed_before_it(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """STATUS_DELIVERY_IN_PAGE: one stream message per page, whose `statuses` are exactly the
+    query_status messages STREAMED sends before that page (a skipped query, three pages);
+    the results and tokens are the same."""
+    async with serving(fakes, tmp_path) as client:
+        await client.connect(fakes)
+        for n in range(14):
+            fakes.slack.add_message("C1", "general", f"{300 + n}.000000", f"trip day {n}")
+        queries = [q("trip"), q("day"), q("x", provider=cpb.PROVIDER_JIRA)]
+        runs: dict[int, list[pb.SearchWorkspaceResponse]] = {}
+        for delivery in (pb.STATUS_DELIVERY_STREAMED, pb.STATUS_DELIVERY_IN_PAGE):
+            runs[delivery] = await _messages(client, pb.SearchWorkspaceRequest(
+                queries=queries, top_k=5, max_pages=3, status_delivery=delivery))
+        streamed, in_page = runs[pb.STATUS_DELIVERY_STREAMED], runs[pb.STATUS_DELIVERY_IN_PAGE]
+        assert all(m.HasField("page") for m in in_page)
+        expected: list[list[pb.QueryStatus]] = [[]]
+        for message in streamed:
+            if message.HasField("page"):
+                expected.append([])
+            else:
+                expected[-1].append(message.query_status)
+        assert len(in_page) == len(expected) - 1 == 3
+        assert [list(m.page.statuses) for m in in_page] == expected[:-1]
+        assert {s.state for s in expected[0]} >= {pb.QUERY_STATE_OK, pb.QUERY_STATE_SKIPPED}
+        bare = [pb.FusedPage(results=m.page.results, next_page_token=m.page.next_page_token)
+                for m in in_page]
+        assert bare == [pb.FusedPage(results=m.page.results,
+                                     next_page_token=m.page.next_page_token)
+                        for m in streamed if m.HasField("page")]
+        assert all(not m.page.statuses for m in streamed if m.HasField("page"))
+
+
 def _violations(error: grpc.aio.AioRpcError) -> list[str]:
     return [field for field, _ in decode(error).violations]
 
@@ -179,6 +219,7 @@ def _violations(error: grpc.aio.AioRpcError) -> list[str]:
         (pb.SearchWorkspaceRequest(queries=[q("x", provider=cpb.PROVIDER_GITHUB, kind=1),
                                             q("y", provider=cpb.PROVIDER_GITHUB, kind=1)]),
          ["queries[1].kind"]),
+        (pb.SearchWorkspaceRequest(queries=[q("x")], status_delivery=7), ["status_delivery"]),
     ],
 )
 async def test_validation_rules_come_back_as_field_violations(

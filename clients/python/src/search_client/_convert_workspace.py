@@ -51,12 +51,14 @@ def provider_name(provider: Provider) -> str:
 def search_request(
     queries: Sequence[NativeQuery], top_k: int, max_pages: int, page_token: str = ""
 ) -> pb.SearchWorkspaceRequest:
-    """A SearchWorkspaceRequest."""
+    """A SearchWorkspaceRequest; the statuses come inside each page (one stream message per
+    page; a server that predates the field streams them, and both are read the same way)."""
     return pb.SearchWorkspaceRequest(
         queries=[_query(q) for q in queries],
         top_k=top_k,
         max_pages=max_pages,
         page_token=page_token,
+        status_delivery=pb.STATUS_DELIVERY_IN_PAGE,
     )
 
 
@@ -236,14 +238,18 @@ class RateLimitPause:
         """Seconds to wait before the next call if the call ends with `response`."""
         now = self._clock()
         if not response.HasField("page"):
-            status = response.query_status
-            key = (status.query_index, status.account_id)
-            if status.HasField("retry_after"):
-                self._ready_at[key] = now + status.retry_after.ToNanoseconds() / 1e9
-            else:
-                self._ready_at.pop(key, None)
+            self._note(response.query_status, now)
             return 0.0
         page = response.page
+        for status in page.statuses:
+            self._note(status, now)
         if page.results or not page.next_page_token or not self._ready_at:
             return 0.0
         return min(max(max(self._ready_at.values()) - now, 0.0), MAX_RATE_LIMIT_PAUSE)
+
+    def _note(self, status: pb.QueryStatus, now: float) -> None:
+        key = (status.query_index, status.account_id)
+        if status.HasField("retry_after"):
+            self._ready_at[key] = now + status.retry_after.ToNanoseconds() / 1e9
+        else:
+            self._ready_at.pop(key, None)

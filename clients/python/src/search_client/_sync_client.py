@@ -323,6 +323,8 @@ class SearchClient:
             ),
         ):
             if response.HasField("page"):
+                for message in response.page.statuses:  # the statuses sent inside the page
+                    yield assembler.status(message)
                 yield assembler.page(response.page)
             else:
                 yield assembler.status(response.query_status)
@@ -349,6 +351,8 @@ class SearchClient:
             if not response.HasField("page"):
                 assembler.status(response.query_status)
                 continue
+            for message in response.page.statuses:
+                assembler.status(message)
             yield assembler.page(response.page)
             count += 1
             if max_pages is not None and count >= max_pages:

@@ -29,6 +29,12 @@ class AccountState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCOUNT_STATE_CONNECTED: _ClassVar[AccountState]
     ACCOUNT_STATE_NEEDS_RECONNECT: _ClassVar[AccountState]
 
+class StatusDelivery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATUS_DELIVERY_UNSPECIFIED: _ClassVar[StatusDelivery]
+    STATUS_DELIVERY_STREAMED: _ClassVar[StatusDelivery]
+    STATUS_DELIVERY_IN_PAGE: _ClassVar[StatusDelivery]
+
 class QueryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     QUERY_STATE_UNSPECIFIED: _ClassVar[QueryState]
@@ -48,6 +54,9 @@ QUERY_KIND_WIKI: QueryKind
 ACCOUNT_STATE_UNSPECIFIED: AccountState
 ACCOUNT_STATE_CONNECTED: AccountState
 ACCOUNT_STATE_NEEDS_RECONNECT: AccountState
+STATUS_DELIVERY_UNSPECIFIED: StatusDelivery
+STATUS_DELIVERY_STREAMED: StatusDelivery
+STATUS_DELIVERY_IN_PAGE: StatusDelivery
 QUERY_STATE_UNSPECIFIED: QueryState
 QUERY_STATE_OK: QueryState
 QUERY_STATE_SKIPPED: QueryState
@@ -137,16 +146,18 @@ class NativeQuery(_message.Message):
     def __init__(self, provider: _Optional[_Union[_common_pb2.Provider, str]] = ..., account_id: _Optional[str] = ..., text: _Optional[str] = ..., kind: _Optional[_Union[QueryKind, str]] = ..., time_range: _Optional[_Union[_common_pb2.TimeRange, _Mapping]] = ..., project: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
 
 class SearchWorkspaceRequest(_message.Message):
-    __slots__ = ("queries", "top_k", "page_token", "max_pages")
+    __slots__ = ("queries", "top_k", "page_token", "max_pages", "status_delivery")
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     MAX_PAGES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     queries: _containers.RepeatedCompositeFieldContainer[NativeQuery]
     top_k: int
     page_token: str
     max_pages: int
-    def __init__(self, queries: _Optional[_Iterable[_Union[NativeQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., page_token: _Optional[str] = ..., max_pages: _Optional[int] = ...) -> None: ...
+    status_delivery: StatusDelivery
+    def __init__(self, queries: _Optional[_Iterable[_Union[NativeQuery, _Mapping]]] = ..., top_k: _Optional[int] = ..., page_token: _Optional[str] = ..., max_pages: _Optional[int] = ..., status_delivery: _Optional[_Union[StatusDelivery, str]] = ...) -> None: ...
 
 class QueryStatus(_message.Message):
     __slots__ = ("query_index", "account_id", "provider", "state", "message", "partial", "retry_after", "total", "total_is_exact", "result_count", "next_cursor", "page_number")
@@ -219,20 +230,22 @@ class FusedResult(_message.Message):
     def __init__(self, result_id: _Optional[str] = ..., provider: _Optional[_Union[_common_pb2.Provider, str]] = ..., account_id: _Optional[str] = ..., kind: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ..., snippet: _Optional[str] = ..., author: _Optional[str] = ..., container: _Optional[str] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., score: _Optional[float] = ..., contributions: _Optional[_Iterable[_Union[Contribution, _Mapping]]] = ...) -> None: ...
 
 class FusedPage(_message.Message):
-    __slots__ = ("results", "next_page_token", "page_number", "cards", "ranking_is_exact", "rrf_k")
+    __slots__ = ("results", "next_page_token", "page_number", "cards", "ranking_is_exact", "rrf_k", "statuses")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PAGE_NUMBER_FIELD_NUMBER: _ClassVar[int]
     CARDS_FIELD_NUMBER: _ClassVar[int]
     RANKING_IS_EXACT_FIELD_NUMBER: _ClassVar[int]
     RRF_K_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[FusedResult]
     next_page_token: str
     page_number: int
     cards: _containers.RepeatedCompositeFieldContainer[QueryCard]
     ranking_is_exact: bool
     rrf_k: int
-    def __init__(self, results: _Optional[_Iterable[_Union[FusedResult, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., page_number: _Optional[int] = ..., cards: _Optional[_Iterable[_Union[QueryCard, _Mapping]]] = ..., ranking_is_exact: _Optional[bool] = ..., rrf_k: _Optional[int] = ...) -> None: ...
+    statuses: _containers.RepeatedCompositeFieldContainer[QueryStatus]
+    def __init__(self, results: _Optional[_Iterable[_Union[FusedResult, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., page_number: _Optional[int] = ..., cards: _Optional[_Iterable[_Union[QueryCard, _Mapping]]] = ..., ranking_is_exact: _Optional[bool] = ..., rrf_k: _Optional[int] = ..., statuses: _Optional[_Iterable[_Union[QueryStatus, _Mapping]]] = ...) -> None: ...
 
 class SearchWorkspaceResponse(_message.Message):
     __slots__ = ("query_status", "page")
