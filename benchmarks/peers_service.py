@@ -20,6 +20,7 @@ from benchmarks.client import Key
 from benchmarks.peers_engines import Query
 from service.context import DEFAULT_TENANT
 from service.embeddings.base import EmbeddingIdentity
+from service.memory import cache_budget
 from service.projects.lexical import compile_query
 from service.projects.request import ProjectSearchRequest, RawFilters, validate
 from service.settings import Settings
@@ -80,7 +81,8 @@ async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
     if url:
         store = PostgresStore(url, identity, max_size=2, ann_maintenance=False)
     else:
-        store = SqliteStore(sqlite_path(url, settings.data_dir), identity)
+        store = SqliteStore(sqlite_path(url, settings.data_dir), identity,
+                            vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb))
     await store.open()
     return store
 
@@ -125,16 +127,15 @@ class SqliteStatement:
         "KNN candidates as the store binds them) on an apsw reader connection"
     )
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cache_bytes: int) -> None:
         from service.store.sqlite import search
         from service.store.sqlite.connection import connect
         from service.store.sqlite.lexical_check import Fts5Checker, register_functions
         from service.store.sqlite.schema import SELECT_VECTOR_INDEX, VectorIndex
-        from service.store.sqlite.store import DEFAULT_VECTOR_CACHE_BYTES
         from service.store.sqlite.vector_cache import VectorCache
 
         self._fetch = _builder(search, "fetch_rows")
-        self._cache = VectorCache(DEFAULT_VECTOR_CACHE_BYTES)
+        self._cache = VectorCache(cache_bytes)  # the server's budget
         self._conn, support = connect(path, True, reader=True)
         register_functions(self._conn)
         row = self._conn.execute(SELECT_VECTOR_INDEX).fetchone()
@@ -202,7 +203,8 @@ async def open_statement(
         if url:
             statement = await PostgresStatement.open(url)
         else:
-            statement = SqliteStatement(sqlite_path(url, settings.data_dir))
+            statement = SqliteStatement(sqlite_path(url, settings.data_dir),
+                                        cache_budget(settings.sqlite_vector_cache_mb))
         probe = Query((1,), "probe words", np.zeros(identity.dimensions, dtype=np.float32))
         probe.vector[0] = 1.0
         for mode in Mode:

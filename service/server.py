@@ -31,6 +31,7 @@ from service.api.unimplemented import unimplemented_servicer
 from service.auth import Authenticator
 from service.embeddings.base import Embedder
 from service.keys import load_key
+from service.memory import cache_budget
 from service.ranking.tokens import TokenSigner
 from service.ratelimit import TenantRateLimiter
 from service.settings import Settings, SettingsError, replica_urls
@@ -362,7 +363,7 @@ async def _build_servicers(
                 replica_max_lag=settings.replica_max_lag_seconds,
                 replica_check_interval=settings.replica_check_interval,
                 partitions=settings.pg_partitions,
-                sqlite_vector_cache_bytes=settings.sqlite_vector_cache_mb << 20,
+                sqlite_vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb),
             )
         except ValueError as error:
             raise SettingsError(f"SEARCH_DATABASE_URL: {error}") from error

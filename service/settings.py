@@ -100,9 +100,11 @@ class Settings:
         default=10_000, metadata=_doc("Eligible chunks above this use the ANN index.")
     )
     sqlite_vector_cache_mb: int = field(
-        default=256,
+        default=-1,
         metadata=_doc("SQLite: memory for in-process KNN matrices (per project, least "
-                      "recently used out); scopes that do not fit use vec0; 0 = always vec0."),
+                      "recently used out); -1 = an eighth of the memory the process may use "
+                      "(cgroup limit, else RAM), at least 256; scopes that do not fit use "
+                      "vec0; 0 = always vec0."),
     )
     bm25_k1: float = field(
         default=1.2, metadata=_doc("Project search BM25 term-frequency saturation k1 (> 0).")
@@ -324,7 +326,7 @@ class Settings:
         checks = [
             ("port", 0 <= self.port <= 65535),
             ("db_pool_size", 1 <= self.db_pool_size <= 1000),
-            ("sqlite_vector_cache_mb", 0 <= self.sqlite_vector_cache_mb <= 1 << 20),
+            ("sqlite_vector_cache_mb", -1 <= self.sqlite_vector_cache_mb <= 1 << 20),
             ("replica_max_lag_seconds", self.replica_max_lag_seconds >= 0),
             ("replica_check_interval", self.replica_check_interval > 0),
             ("pg_partitions", 0 <= self.pg_partitions <= 1024),
