@@ -177,6 +177,11 @@ def _fanout_baseline(data: Any) -> list[str]:
 
     rows = [[f"{name} CPU ms per search", fmt(base_cpu.get(name), 1), fmt(now_cpu.get(name), 1),
              ratio(now_cpu.get(name), base_cpu.get(name))] for name in ("server", "fakes")]
+    in_page = data.get("cpu_ms_per_search_in_page", {}).get("server")
+    if in_page is not None:
+        rows.insert(1, ["server CPU ms per search, statuses in the page (IN_PAGE)",
+                        fmt(base_cpu.get("server"), 1), fmt(in_page, 1),
+                        ratio(in_page, base_cpu.get("server"))])
     rows.append(["client p50 ms", fmt(base.get("p50_ms"), 1),
                  fmt(sequential["client"]["p50_ms"], 1),
                  ratio(sequential["client"]["p50_ms"], base.get("p50_ms"))])
