@@ -2,10 +2,11 @@
 
 Reports end-to-end p50 against the slowest single provider measured in the same run (that
 provider's 4 queries alone; the sequential series once with the statuses streamed, once
-with them inside the page, `status_delivery = IN_PAGE`), searches/s at a rising number of concurrent callers (the best
-rate is the headline), the server's fusion CPU per search, and the CPU each process spent per
-search (server, fakes, driver). The fakes and the server run in two child processes (both
-in-process for smoke runs), so the fakes' and the driver's CPU is not charged to the service.
+with them inside the page, `status_delivery = IN_PAGE`), searches/s at a rising number of
+concurrent callers (the best rate is the headline), the server's fusion CPU per search, and
+the CPU each process spent per search (server, fakes, driver). The fakes and the server run
+in two child processes (both in-process for smoke runs), so the fakes' and the driver's CPU
+is not charged to the service.
 """
 
 from __future__ import annotations

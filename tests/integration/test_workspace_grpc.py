@@ -219,7 +219,9 @@ def _violations(error: grpc.aio.AioRpcError) -> list[str]:
         (pb.SearchWorkspaceRequest(queries=[q("x", provider=cpb.PROVIDER_GITHUB, kind=1),
                                             q("y", provider=cpb.PROVIDER_GITHUB, kind=1)]),
          ["queries[1].kind"]),
-        (pb.SearchWorkspaceRequest(queries=[q("x")], status_delivery=7), ["status_delivery"]),
+        (pb.SearchWorkspaceRequest(queries=[q("x")],
+                                   status_delivery=pb.StatusDelivery.ValueType(7)),
+         ["status_delivery"]),
     ],
 )
 async def test_validation_rules_come_back_as_field_violations(
