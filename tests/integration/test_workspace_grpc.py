@@ -219,8 +219,7 @@ def _violations(error: grpc.aio.AioRpcError) -> list[str]:
         (pb.SearchWorkspaceRequest(queries=[q("x", provider=cpb.PROVIDER_GITHUB, kind=1),
                                             q("y", provider=cpb.PROVIDER_GITHUB, kind=1)]),
          ["queries[1].kind"]),
-        (pb.SearchWorkspaceRequest(queries=[q("x")],
-                                   status_delivery=pb.StatusDelivery.ValueType(7)),
+        (pb.SearchWorkspaceRequest(queries=[q("x")], status_delivery=7),  # type: ignore[arg-type]
          ["status_delivery"]),
     ],
 )
