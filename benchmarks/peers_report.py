@@ -67,7 +67,7 @@ def _row(row: dict[str, Any]) -> str:
         f"load average before {row['load_average_before']}, after {row['load_average_after']}; "
         f"export {fmt(row['build_seconds'].get('export'))} s, tantivy index "
         f"{fmt(row['build_seconds'].get('tantivy'))} s, LanceDB table and indexes "
-        f"{fmt(row['build_seconds'].get('lancedb'))} s).",
+        f"{fmt(row['build_seconds'].get('lancedb'))} s)" + _own_run(row) + ".",
         table(
             ["engine", "mode", "queries", "p50 / p95 ms", "server p50 / p95 ms", "stopped"], lines
         ),
@@ -86,3 +86,13 @@ def _row(row: dict[str, Any]) -> str:
         + ".",
     ]
     return "\n\n".join(notes)
+
+
+def _own_run(row: Any) -> str:
+    """Where a row merged from another run of the benchmark says when and at what commit it
+    was measured (the section's stamp is the other rows' run)."""
+    run = row.get("measured")
+    if not run:
+        return ""
+    return f"; measured in its own run, {run['date']} at commit `{run['commit'][:12]}`"
+
