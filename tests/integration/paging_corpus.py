@@ -4,10 +4,12 @@ Drive files, tracked by URL, and random changes and faults between pages."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from service.fakes.suite import FakeProviders
+from service.workspace.lists import canonical_url
 
 WORD = "alpha"
 REPO = "acme/app"
@@ -65,6 +67,18 @@ class Corpus:
                   for i in self.fakes.github.items[kind]}
         drive = {f["webViewLink"] for f in self.fakes.google_drive.files}
         return {str(u) for u in slack | github | drive}
+
+    def check_paged(self, emitted: Sequence[str], label: str) -> None:
+        """The guarantee over one paging (canonical URLs in emission order): nothing emitted
+        twice, every item present from the first page to the last emitted, nothing that
+        never existed."""
+        repeated = [url for url, n in Counter(emitted).items() if n > 1]
+        assert not repeated, f"{label}: emitted twice: {repeated[:5]}"
+        present = {canonical_url(u) for u in self.initial - self.deleted}
+        missing = present - set(emitted)
+        assert not missing, f"{label}: never emitted {missing}"
+        unknown = set(emitted) - {canonical_url(u) for u in self.ever}
+        assert not unknown, f"{label}: emitted what never existed: {unknown}"
 
     # ---- changes between pages ------------------------------------------------------------
     def _pools(self) -> list[list[dict[str, object]]]:

@@ -57,11 +57,12 @@ QUERIES = [
 
 
 @contextmanager
-def busy_machine() -> Iterator[bool]:
-    """`stress-ng` on every core while the block runs; False when it is not installed."""
+def busy_machine() -> Iterator[None]:
+    """`stress-ng` on every core while the block runs (nothing when it is not installed:
+    the late answers and deadlines are still tested)."""
     executable = shutil.which("stress-ng")
     if executable is None:
-        yield False
+        yield
         return
     workers = str(os.cpu_count() or 2)
     process = subprocess.Popen(
@@ -69,7 +70,7 @@ def busy_machine() -> Iterator[bool]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        yield True
+        yield
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -110,13 +111,7 @@ async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, seed: int,
         corpus.change()
     else:
         pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
-    repeated = [url for url, n in Counter(emitted).items() if n > 1]
-    assert not repeated, f"seed {seed}: emitted twice: {repeated[:5]}"
-    present = {canonical_url(u) for u in corpus.initial - corpus.deleted}
-    missing = present - set(emitted)
-    assert not missing, f"seed {seed} ({calls} calls, top_k {top_k}): never emitted {missing}"
-    unknown = set(emitted) - {canonical_url(u) for u in corpus.ever}
-    assert not unknown, f"seed {seed}: emitted what never existed: {unknown}"
+    corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
 
 
 async def test_paging_by_identity_holds_on_a_busy_machine_with_late_providers(

@@ -58,13 +58,7 @@ async def _run_once(world: World, seed: int) -> None:
         corpus.change()
     else:
         pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
-    repeated = [url for url, n in Counter(emitted).items() if n > 1]
-    assert not repeated, f"seed {seed}: emitted twice: {repeated[:5]}"
-    present = {canonical_url(u) for u in corpus.initial - corpus.deleted}
-    missing = present - set(emitted)
-    assert not missing, f"seed {seed} ({calls} calls, top_k {top_k}): never emitted {missing}"
-    unknown = set(emitted) - {canonical_url(u) for u in corpus.ever}
-    assert not unknown, f"seed {seed}: emitted what never existed: {unknown}"
+    corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
 
 
 CURSOR_RUNS = max(1, RUNS // 4)

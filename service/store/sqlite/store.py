@@ -43,7 +43,9 @@ from service.store.sqlite.vector_cache import VectorCache
 log = logging.getLogger("search.store.sqlite")
 
 DEFAULT_READERS = 4
-DEFAULT_VECTOR_CACHE_BYTES = 256 * 1024 * 1024  # SEARCH_SQLITE_VECTOR_CACHE_MB
+# The store's own default when built directly (tests, tools); the server passes
+# SEARCH_SQLITE_VECTOR_CACHE_MB, by default memory-scaled (service/memory.py).
+DEFAULT_VECTOR_CACHE_BYTES = 256 * 1024 * 1024
 ADAPTER = "sqlite-vec"
 DB_SYSTEM = "sqlite"
 
