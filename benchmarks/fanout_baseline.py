@@ -5,7 +5,9 @@ Intel Xeon and 63 ms on one AMD EPYC), so a target like "at most 0.4x the starti
 is only checkable against the reference measured here, now. `SEARCH_BENCH_FANOUT_BASELINE`
 names a git ref; the benchmark checks it out into a throw-away worktree under
 benchmarks/.work, runs that commit's own `python -m benchmarks fanout` there (its code, its
-fakes), and keeps the figures it printed beside this run's.
+fakes), and keeps the figures it printed beside this run's. The reference runs on its own
+dependencies (its pyproject.toml; an older commit may need a package this one dropped), in a
+virtualenv kept under benchmarks/.work per commit and made on first use.
 """
 
 from __future__ import annotations
@@ -44,6 +46,23 @@ def _figures(results: Path) -> dict[str, Any]:
     }
 
 
+def _reference_python(tree: Path, commit: str) -> Path:
+    """The interpreter of a virtualenv holding the reference commit's own dependencies."""
+    venv = WORK / f"venv-{commit[:12]}"
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        log(f"fanout: installing the dependencies of {commit[:12]} into {venv}")
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=TIMEOUT)
+        # Not editable (the worktree goes away after the run, the virtualenv stays); with the
+        # dev extras, which its benchmark harness imports.
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                        str(tree / "clients" / "python"), f"{tree}[dev]"],
+                       check=True, timeout=TIMEOUT, stdout=subprocess.DEVNULL)
+        (venv / ".installed").write_text(commit + "\n")
+    return python
+
+
 def measure_reference() -> dict[str, Any] | None:
     """The reference commit's fan-out figures, or None when no reference is asked for."""
     ref = os.environ.get(VARIABLE, "").strip()
@@ -57,9 +76,10 @@ def measure_reference() -> dict[str, Any] | None:
     _git("worktree", "add", "--detach", "--force", str(tree), commit)
     try:
         log(f"fanout: measuring the baseline commit {commit[:12]} first, on this machine")
+        python = _reference_python(tree, commit)
         env = {k: v for k, v in os.environ.items() if k != VARIABLE}
         env["PYTHONPATH"] = str(tree)
-        subprocess.run([sys.executable, "-m", "benchmarks", "fanout"], cwd=tree, env=env,
+        subprocess.run([str(python), "-m", "benchmarks", "fanout"], cwd=tree, env=env,
                        check=True, timeout=TIMEOUT, stdout=subprocess.DEVNULL)
         figures = _figures(tree / "benchmarks" / "results.json")
     finally:
