@@ -55,6 +55,27 @@ def test_a_blob_sealed_before_refresh_tokens_existed_still_opens() -> None:
     assert (opened.refresh_token, opened.expires_at, opened.refreshable) == ("", None, False)
 
 
+def test_a_blob_opened_again_is_the_same_and_the_binding_still_holds() -> None:
+    """Opened blobs are remembered (each search opens every account's): a second open gives
+    the same credentials, and the remembered plaintext never opens for another account, for
+    another key or for a tampered blob."""
+    sealer = CredentialSealer(CREDENTIALS_KEY)
+    given = Credentials(ACCESS, refresh_token=REFRESH, expires_at=EXPIRES)
+    sealed = sealer.seal(given, BOUND)
+    assert sealer.open(sealed, BOUND) == given
+    assert sealer.open(sealed, BOUND) is sealer.open(sealed, BOUND)
+    for blob, bound, opener in (
+        (sealed, b"t\x1facc_2\x1fslack", sealer),
+        (sealed, BOUND, CredentialSealer(b"another key of enough bytes")),
+        (sealed[:-1] + bytes([sealed[-1] ^ 1]), BOUND, sealer),
+    ):
+        with pytest.raises(ValueError, match="cannot be opened"):
+            opener.open(blob, bound)
+    for n in range(1100):  # past the bound: the oldest are forgotten, each still opens
+        sealer.open(sealer.seal(Credentials(f"token-{n}"), BOUND), BOUND)
+    assert sealer.open(sealed, BOUND) == given
+
+
 async def test_replace_keeps_the_id_and_clears_the_reconnect_flag(world: World) -> None:
     accounts = manager(world)
     first = await accounts.connect(
