@@ -87,9 +87,9 @@ async def test_migration_backfills_postings_of_existing_documents(
         partitions = await conn.fetchval(
             "SELECT count(*) FROM pg_inherits WHERE inhparent = 'documents'::regclass"
         )
-        # Back to the schema before migration 3, documents kept.
+        # Back to the schema before migration 3, documents kept (5 adds to its table).
         await conn.execute("DROP TABLE term_postings, lexical_stats")
-        await conn.execute("DELETE FROM schema_migrations WHERE version = 3")
+        await conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 5)")
     finally:
         await conn.close()
     store = await _corpus(dsn, embedder, 0)  # the catalog, not the setting, partitions
@@ -105,6 +105,27 @@ async def test_migration_backfills_postings_of_existing_documents(
         )
     finally:
         await conn.close()
+
+
+async def test_migration_backfills_chunk_counts(
+    pg: tuple[Corpus, str], embedder: DeterministicEmbedder
+) -> None:
+    """Migration 5 counts each project's existing chunks into lexical_stats."""
+    corpus, dsn = pg
+    rng = random.Random(5)
+    for project in [p.project_id for p in await corpus.projects(2)]:
+        for _ in range(3):
+            await write_random_documents(corpus, rng, project)
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT sum(chunks) FROM lexical_stats") > 0
+        await conn.execute("ALTER TABLE lexical_stats DROP COLUMN chunks")
+        await conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+    finally:
+        await conn.close()
+    store = await _corpus(dsn, embedder, 0)
+    await store.close()
+    await _check_postings(dsn)
 
 
 async def _old_page(dsn: str, plan: SearchPlan) -> list[asyncpg.Record]:

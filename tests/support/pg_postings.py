@@ -19,7 +19,7 @@ from service.store.postgres.filters import filter_sql
 from service.store.postgres.search import build
 
 Posting = tuple[int, int, str, str, str, int, int]  # project, chan, lexeme, kind, row, tf, dl
-Stats = tuple[int, int, int, int]
+Stats = tuple[int, int, int, int, int]  # project, documents, sum dl, sum nl, chunks
 
 POSTINGS = "SELECT project_id, chan, lexeme, kind, row_id, tf, dl FROM term_postings"
 # The same rows from the documents' own tsvectors.
@@ -31,10 +31,13 @@ UNION ALL
 SELECT d.project_id, 1, u.lexeme, d.kind, d.row_id,
        GREATEST(1, COALESCE(array_length(u.positions, 1), 0)), d.ngram_len
 FROM documents AS d, unnest(d.ngram_fts) AS u"""
-STATS = "SELECT project_id, n, sum_dl, sum_nl FROM lexical_stats WHERE n > 0"
-EMPTY_STATS = "SELECT count(*) FROM lexical_stats WHERE n = 0 AND (sum_dl <> 0 OR sum_nl <> 0)"
+STATS = "SELECT project_id, n, sum_dl, sum_nl, chunks FROM lexical_stats WHERE n > 0"
+EMPTY_STATS = """
+SELECT count(*) FROM lexical_stats WHERE n = 0 AND (sum_dl <> 0 OR sum_nl <> 0 OR chunks <> 0)"""
 DOCUMENT_STATS = """
-SELECT project_id, count(*), sum(doc_len), sum(ngram_len) FROM documents GROUP BY project_id"""
+SELECT d.project_id, count(*), sum(d.doc_len), sum(d.ngram_len),
+       (SELECT count(*) FROM chunks AS c WHERE c.project_id = d.project_id)
+FROM documents AS d GROUP BY d.project_id"""
 
 
 async def postings_and_stats(

@@ -5,8 +5,9 @@ document, the document's length and the scope's statistics. Read from the docume
 cost followed every project's matches of the terms (the GIN indexes span the table) plus a
 detoast and unnest of each candidate's tsvector. `term_postings` (migration 3) holds one
 row per document and lexeme, keyed by project first, so a search reads only its scope's
-postings of its terms, in index order; `lexical_stats` keeps each project's document count
-and summed lengths, so an unfiltered scope's N and avgdl are a few rows.
+postings of its terms, in index order; `lexical_stats` keeps each project's document count,
+summed lengths and chunk count, so an unfiltered scope's N and avgdl (and the vector
+channel's choice between the exact scan and the HNSW index) are a few rows.
 
 Rows are made in SQL from the row's own tsvectors (`unnest`), in the statement that writes
 or deletes the document, so the postings are exactly PostgreSQL's lexemes and never disagree
@@ -33,23 +34,30 @@ DELETE FROM term_postings AS t
 USING {source} AS x
 WHERE t.project_id = $1 AND t.project_id = x.project_id AND t.kind = x.kind
   AND t.row_id = x.row_id"""
-# n, sum_dl and sum_nl move by the difference a batch makes to the project ($1, the
-# tenant's: $5). Taken last in a write's transaction: concurrent batches of one project
+# n, sum_dl, sum_nl and chunks move by the difference a batch makes to the project ($1, the
+# tenant's: $6). Taken last in a write's transaction: concurrent batches of one project
 # queue on this row until they commit, and holding it while waiting for anything else
 # could close a lock cycle.
 ADD_STATS = """
-INSERT INTO lexical_stats AS s (project_id, n, sum_dl, sum_nl)
-SELECT p.project_id, $2, $3, $4 FROM projects AS p WHERE p.project_id = $1 AND p.tenant = $5
+INSERT INTO lexical_stats AS s (project_id, n, sum_dl, sum_nl, chunks)
+SELECT p.project_id, $2, $3, $4, $5 FROM projects AS p WHERE p.project_id = $1 AND p.tenant = $6
 ON CONFLICT (project_id) DO UPDATE SET
     n = s.n + excluded.n, sum_dl = s.sum_dl + excluded.sum_dl,
-    sum_nl = s.sum_nl + excluded.sum_nl"""
+    sum_nl = s.sum_nl + excluded.sum_nl, chunks = s.chunks + excluded.chunks"""
+# The chunks of the documents in `{source}` (project_id, kind, row_id), read in the statement
+# that deletes those documents: its snapshot still holds the rows the cascade removes.
+CHUNKS_OF = """(
+    SELECT count(*) FROM chunks AS c
+    WHERE c.project_id = {source}.project_id AND c.kind = {source}.kind
+      AND c.row_id = {source}.row_id)"""
 # In DELETE_DOCUMENTS: the deleted documents (`deleted`) out of their project's statistics.
-SUBTRACT_STATS = """
+SUBTRACT_STATS = f"""
 UPDATE lexical_stats AS s
-SET n = s.n - t.n, sum_dl = s.sum_dl - t.dl, sum_nl = s.sum_nl - t.nl
-FROM (SELECT count(*) AS n, COALESCE(sum(doc_len), 0) AS dl, COALESCE(sum(ngram_len), 0) AS nl
+SET n = s.n - t.n, sum_dl = s.sum_dl - t.dl, sum_nl = s.sum_nl - t.nl, chunks = s.chunks - t.c
+FROM (SELECT count(*) AS n, COALESCE(sum(doc_len), 0) AS dl, COALESCE(sum(ngram_len), 0) AS nl,
+             COALESCE(sum({CHUNKS_OF.format(source="deleted")}), 0) AS c
       FROM deleted) AS t
-WHERE s.project_id = $1 AND t.n > 0"""
+WHERE s.project_id = $1 AND t.n > 0"""  # noqa: S608 - only constant fragments are interpolated
 # In DELETE_PROJECT (lexical_stats goes with the project, ON DELETE CASCADE).
 DELETE_PROJECT_POSTINGS = """
 DELETE FROM term_postings

@@ -73,7 +73,7 @@ def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
         # Filters restrict the vector scans to eligible documents; without, the scope is enough.
         eligible = q.ELIGIBLE_KEYS if filters else ""
         ctes += [
-            q.VECTOR_COUNT.format(eligible=eligible),
+            q.VECTOR_COUNT.format(eligible=eligible) if filters else q.VECTOR_COUNT_SCOPE,
             q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
             q.EXACT_OR_KNN_SIMS.format(
                 eligible=eligible, knn_eligible=q.KNN_ELIGIBLE if filters else q.KNN_OWNED

@@ -43,7 +43,8 @@ FROM (
     OFFSET 0
 ) AS s"""
 # Chunks and vectors go with their document (ON DELETE CASCADE), postings in the same
-# statement; the lengths say what the documents leave of the project's lexical_stats.
+# statement; the lengths and chunk counts say what the documents leave of the project's
+# lexical_stats.
 DELETE_DOCUMENTS_RETURNING = f"""
 WITH deleted AS (
     DELETE FROM documents AS d
@@ -53,7 +54,9 @@ WITH deleted AS (
     RETURNING d.project_id, d.kind, d.row_id, d.created_at, d.doc_len, d.ngram_len
 ), unposted AS ({postings.DELETE_POSTINGS_OF.format(source="deleted")}
 )
-SELECT kind, row_id, created_at, doc_len, ngram_len FROM deleted"""  # noqa: S608 - only constant fragments are interpolated
+SELECT kind, row_id, created_at, doc_len, ngram_len,
+       {postings.CHUNKS_OF.format(source="deleted")} AS chunk_count
+FROM deleted"""  # noqa: S608 - only constant fragments are interpolated
 # The documents and their postings, made from the tsvectors just stored.
 INSERT_DOCUMENTS = f"""
 WITH inserted AS (
@@ -282,6 +285,7 @@ async def _move_stats(
         len(batch.keys) - len(old),
         sum(batch.columns[12]) - sum(r["doc_len"] for r in old),
         sum(batch.columns[13]) - sum(r["ngram_len"] for r in old),
+        len(batch.chunks) - sum(r["chunk_count"] for r in old),
     )
     if any(change):
         tenant, project_id = project
