@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "clients" / "python" / "src" / "search_client" / "pb"
-SKIP = {".venv", "node_modules", ".git", "__pycache__"}
+SKIP = {".venv", ".work", "node_modules", ".git", "__pycache__"}
 
 
 def _files(pattern: str) -> list[Path]:
