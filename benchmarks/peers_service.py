@@ -79,7 +79,8 @@ async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
     url = settings.database_url.reveal()
     store: Store
     if url:
-        store = PostgresStore(url, identity, max_size=2, ann_maintenance=False)
+        store = PostgresStore(url, identity, max_size=2, ann_maintenance=False,
+                              vector_cache_bytes=cache_budget(settings.pg_vector_cache_mb))
     else:
         store = SqliteStore(sqlite_path(url, settings.data_dir), identity,
                             vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb))
@@ -156,35 +157,45 @@ class SqliteStatement:
 
 
 class PostgresStatement:
-    """`service.store.postgres.search.build(plan)` numbered and run on an asyncpg connection
-    with the pool's session settings and codecs."""
+    """`service.store.postgres.search.build(plan, candidates)` numbered and run on an asyncpg
+    connection with the pool's session settings and codecs; the vector cache's candidates
+    (service.store.postgres.vector_cache, the store's budget) are computed inside the
+    timing, as the store does before its statement."""
 
     description = (
         "service.store.postgres.search.build() + search_sql.numbered(), "
-        "conn.fetch on an asyncpg connection with the pool's settings"
+        "conn.fetch on an asyncpg connection with the pool's settings; the vector cache's "
+        "candidates computed inside the timing"
     )
 
-    def __init__(self, conn: asyncpg.Connection, build: Any, numbered: Any) -> None:
+    def __init__(self, conn: asyncpg.Connection, modules: tuple[Any, Any, Any]) -> None:
         self._conn = conn
-        self._build = build
-        self._numbered = numbered
+        self._search, self._sql, cache = modules
+        self._cache = cache
 
     @classmethod
-    async def open(cls, dsn: str) -> PostgresStatement:
+    async def open(cls, dsn: str, cache_bytes: int) -> PostgresStatement:
         """Connect as the service's pool does."""
         from service.store.postgres import search, search_sql
         from service.store.postgres.pool import PoolSettings, init_connection, server_settings
+        from service.store.postgres.vector_cache import PgVectorCache
 
-        build, numbered = _builder(search, "build"), _builder(search_sql, "numbered")
         conn = await asyncpg.connect(dsn, server_settings=server_settings(PoolSettings()))
         await init_connection(conn)
-        return cls(conn, build, numbered)
+        return cls(conn, (search, search_sql, PgVectorCache(cache_bytes)))
 
     async def run(self, plan: SearchPlan) -> float:
         """Execute and fetch every row."""
-        sql, bindings = self._build(plan)
-        text, args = self._numbered(sql, bindings)
         started = time.perf_counter()
+        candidates = None
+        if plan.mode is not Mode.FTS and plan.identity is not None and plan.query_vector:
+            candidates = await self._cache.candidates(
+                self._conn, plan.project_ids, plan.identity, plan.query_vector,
+                self._search.knn_k(plan.offset + plan.limit + 1, False, self._search.KNN_MAX_K),
+                plan.exact_scan_limit,
+            )
+        sql, bindings = self._search.build(plan, candidates)
+        text, args = self._sql.numbered(sql, bindings)
         await self._conn.fetch(text, *args, timeout=plan.timeout)
         return time.perf_counter() - started
 
@@ -201,7 +212,7 @@ async def open_statement(
     statement: Statement | None = None
     try:
         if url:
-            statement = await PostgresStatement.open(url)
+            statement = await PostgresStatement.open(url, cache_budget(settings.pg_vector_cache_mb))
         else:
             statement = SqliteStatement(sqlite_path(url, settings.data_dir),
                                         cache_budget(settings.sqlite_vector_cache_mb))

@@ -115,7 +115,8 @@ class _StoreCollector(Collector):
             return
         yield GaugeMetricFamily(
             "search_vector_cache_bytes",
-            "SQLite KNN matrices held in memory (SEARCH_SQLITE_VECTOR_CACHE_MB is the budget).",
+            "KNN matrices held in memory (SEARCH_SQLITE_VECTOR_CACHE_MB or "
+            "SEARCH_PG_VECTOR_CACHE_MB is the budget).",
             value=cache.bytes,
         )
         yield GaugeMetricFamily(
@@ -126,6 +127,7 @@ class _StoreCollector(Collector):
         for name, help_text, value in (
             ("loads", "Project matrices read from the database.", cache.loads),
             ("evictions", "Projects dropped to stay within the budget.", cache.evictions),
-            ("fallbacks", "KNN searches whose scope did not fit: vec0 answered.", cache.fallbacks),
+            ("fallbacks", "KNN searches the matrices did not answer (the scope did not fit; "
+             "PostgreSQL: or had changed): the index answered.", cache.fallbacks),
         ):
             yield CounterMetricFamily(f"search_vector_cache_{name}", help_text, value=value)

@@ -106,6 +106,15 @@ class Settings:
                       "(cgroup limit, else RAM), at least 256; scopes that do not fit use "
                       "vec0; 0 = always vec0."),
     )
+    pg_vector_cache_mb: int = field(
+        default=-1,
+        metadata=_doc("PostgreSQL: memory for in-process KNN matrices that answer a vector "
+                      "scope past exact_scan_limit instead of the HNSW index (per project, "
+                      "checked against the database's vector generations by each search, "
+                      "least recently used out); -1 = an eighth of the memory the process "
+                      "may use (cgroup limit, else RAM), at least 256; scopes that do not "
+                      "fit use the index; 0 = always the index."),
+    )
     bm25_k1: float = field(
         default=1.2, metadata=_doc("Project search BM25 term-frequency saturation k1 (> 0).")
     )
@@ -327,6 +336,7 @@ class Settings:
             ("port", 0 <= self.port <= 65535),
             ("db_pool_size", 1 <= self.db_pool_size <= 1000),
             ("sqlite_vector_cache_mb", -1 <= self.sqlite_vector_cache_mb <= 1 << 20),
+            ("pg_vector_cache_mb", -1 <= self.pg_vector_cache_mb <= 1 << 20),
             ("replica_max_lag_seconds", self.replica_max_lag_seconds >= 0),
             ("replica_check_interval", self.replica_check_interval > 0),
             ("pg_partitions", 0 <= self.pg_partitions <= 1024),

@@ -40,6 +40,7 @@ async def open_store(
     replica_check_interval: float = 1.0,
     partitions: int = 0,
     sqlite_vector_cache_bytes: int | None = None,
+    pg_vector_cache_bytes: int = 0,
 ) -> Store:
     """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL
     (with at most `pool_size` connections)."""
@@ -69,6 +70,7 @@ async def open_store(
             replica_max_lag=replica_max_lag,
             replica_check_interval=replica_check_interval,
             partitions=partitions,
+            vector_cache_bytes=pg_vector_cache_bytes,
         )
     else:
         raise ValueError(

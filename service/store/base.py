@@ -143,14 +143,15 @@ class ProjectStatus:
 
 @dataclass(frozen=True)
 class VectorCacheStats:
-    """The SQLite store's in-process KNN matrices (service.store.sqlite.vector_cache)."""
+    """A store's in-process KNN matrices (service.store.sqlite.vector_cache,
+    service.store.postgres.vector_cache)."""
 
     projects: int
     bytes: int
     budget_bytes: int
     loads: int  # project matrices read from the database (first use, or after a change)
     evictions: int  # projects dropped to stay within the budget
-    fallbacks: int  # KNN searches whose scope did not fit: vec0 answered
+    fallbacks: int  # KNN searches the matrices did not answer (too large; PG: or stale)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from service.store.postgres import PostgresStore
 from service.store.postgres import lexical_sql as lx
 from service.store.postgres import search_sql as q
 from service.store.postgres.search_sql import numbered
-from tests.integration.conftest import Corpus
+from tests.integration.conftest import Corpus, Doc
 from tests.support.pg import fresh_database
 from tests.support.pg_postings import old_fts_statement, postings_and_stats
 from tests.support.postings_corpus import (
@@ -126,6 +126,41 @@ async def test_migration_backfills_chunk_counts(
     store = await _corpus(dsn, embedder, 0)
     await store.close()
     await _check_postings(dsn)
+
+
+async def test_the_vector_generation_moves_with_every_vector_change(
+    pg: tuple[Corpus, str],
+) -> None:
+    """lexical_stats.vgen (what the vector cache is checked against) moves with each write
+    or delete that inserts or removes a vector, and with any in-place change of a vector's
+    content, never with the HNSW bookkeeping (`ann`)."""
+    corpus, dsn = pg
+    project = (await corpus.project("gen")).project_id
+    conn = await asyncpg.connect(dsn)
+    generation = "SELECT COALESCE((SELECT vgen FROM lexical_stats WHERE project_id = $1), 0)"
+    try:
+        seen = [await conn.fetchval(generation, project)]
+
+        async def step() -> None:
+            seen.append(await conn.fetchval(generation, project))
+
+        await corpus.write(project, [Doc("note", "a", "comet orbit"), Doc("note", "b", "dust")])
+        await step()
+        await corpus.write(project, [Doc("note", "a", "orbit comet")])  # every length the same
+        await step()
+        await corpus.store.delete_documents(corpus.tenant, project, [("note", "b")])
+        await step()
+        await corpus.store.delete_documents(corpus.tenant, project, [("note", "zzz")])  # none
+        await step()
+        await conn.execute("UPDATE vectors SET ann = NOT ann WHERE project_id = $1", project)
+        await step()
+        await conn.execute(
+            "UPDATE vectors SET state = 'pending', embedding = NULL WHERE project_id = $1", project
+        )
+        await step()
+    finally:
+        await conn.close()
+    assert seen == [0, 1, 2, 3, 3, 3, 4]
 
 
 async def _old_page(dsn: str, plan: SearchPlan) -> list[asyncpg.Record]:

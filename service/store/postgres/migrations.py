@@ -265,6 +265,29 @@ UPDATE lexical_stats AS s SET chunks = c.n
 FROM (SELECT project_id, count(*) AS n FROM chunks GROUP BY project_id) AS c
 WHERE s.project_id = c.project_id"""
 
+# Each project's vector generation: moved by every write or delete that inserts or removes
+# any of its vectors, in the statement that moves its other statistics (so under the same
+# row lock, taken last). A snapshot that sees generation g of a project sees exactly the
+# vectors the writes up to g left; the in-process KNN matrices (vector_cache.py) are
+# checked against it by the search statement itself.
+_LEXICAL_STATS_VGEN = "ALTER TABLE lexical_stats ADD COLUMN vgen bigint NOT NULL DEFAULT 0"
+# A vector changed in place (a tool re-embedding or un-readying rows behind the service)
+# moves the generation too. The service's own writes never update a vector's content (only
+# `ann`, which the WHEN clause passes over without calling the function).
+_VGEN_FUNCTION = """
+CREATE FUNCTION search_vector_changed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE lexical_stats SET vgen = vgen + 1 WHERE project_id = NEW.project_id;
+    RETURN NULL;
+END
+$fn$"""
+_VGEN_TRIGGER = """
+CREATE TRIGGER vectors_changed_in_place AFTER UPDATE ON vectors FOR EACH ROW
+WHEN (OLD.embedding IS DISTINCT FROM NEW.embedding OR OLD.state IS DISTINCT FROM NEW.state
+      OR OLD.model IS DISTINCT FROM NEW.model OR OLD.dimensions IS DISTINCT FROM NEW.dimensions
+      OR OLD.source_hash IS DISTINCT FROM NEW.source_hash)
+EXECUTE FUNCTION search_vector_changed()"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -300,6 +323,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(4, "term_postings key covers tf and dl", (_TERM_POSTINGS_COVERING,)),
     Migration(5, "lexical_stats counts chunks", (_LEXICAL_STATS_CHUNKS, BACKFILL_STATS_CHUNKS)),
+    Migration(
+        6,
+        "lexical_stats vector generations",
+        (_LEXICAL_STATS_VGEN, _VGEN_FUNCTION, _VGEN_TRIGGER),
+    ),
 )
 
 # Hash partitioning by project_id (SEARCH_PG_PARTITIONS, fixed when the schema is created):

@@ -35,15 +35,17 @@ USING {source} AS x
 WHERE t.project_id = $1 AND t.project_id = x.project_id AND t.kind = x.kind
   AND t.row_id = x.row_id"""
 # n, sum_dl, sum_nl and chunks move by the difference a batch makes to the project ($1, the
-# tenant's: $6). Taken last in a write's transaction: concurrent batches of one project
+# tenant's: $6), and the vector generation by one (a first row starts at 1: an absent row
+# reads as 0). Taken last in a write's transaction: concurrent batches of one project
 # queue on this row until they commit, and holding it while waiting for anything else
 # could close a lock cycle.
 ADD_STATS = """
-INSERT INTO lexical_stats AS s (project_id, n, sum_dl, sum_nl, chunks)
-SELECT p.project_id, $2, $3, $4, $5 FROM projects AS p WHERE p.project_id = $1 AND p.tenant = $6
+INSERT INTO lexical_stats AS s (project_id, n, sum_dl, sum_nl, chunks, vgen)
+SELECT p.project_id, $2, $3, $4, $5, 1 FROM projects AS p WHERE p.project_id = $1 AND p.tenant = $6
 ON CONFLICT (project_id) DO UPDATE SET
     n = s.n + excluded.n, sum_dl = s.sum_dl + excluded.sum_dl,
-    sum_nl = s.sum_nl + excluded.sum_nl, chunks = s.chunks + excluded.chunks"""
+    sum_nl = s.sum_nl + excluded.sum_nl, chunks = s.chunks + excluded.chunks,
+    vgen = s.vgen + 1"""
 # The chunks of the documents in `{source}` (project_id, kind, row_id), read in the statement
 # that deletes those documents: its snapshot still holds the rows the cascade removes.
 CHUNKS_OF = """(
@@ -53,7 +55,8 @@ CHUNKS_OF = """(
 # In DELETE_DOCUMENTS: the deleted documents (`deleted`) out of their project's statistics.
 SUBTRACT_STATS = f"""
 UPDATE lexical_stats AS s
-SET n = s.n - t.n, sum_dl = s.sum_dl - t.dl, sum_nl = s.sum_nl - t.nl, chunks = s.chunks - t.c
+SET n = s.n - t.n, sum_dl = s.sum_dl - t.dl, sum_nl = s.sum_nl - t.nl, chunks = s.chunks - t.c,
+    vgen = s.vgen + 1
 FROM (SELECT count(*) AS n, COALESCE(sum(doc_len), 0) AS dl, COALESCE(sum(ngram_len), 0) AS nl,
              COALESCE(sum({CHUNKS_OF.format(source="deleted")}), 0) AS c
       FROM deleted) AS t

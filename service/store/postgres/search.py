@@ -23,6 +23,7 @@ from service.store.postgres import lexical_sql as lx
 from service.store.postgres import search_sql as q
 from service.store.postgres.filters import filter_sql
 from service.store.postgres.pool import Conn
+from service.store.postgres.vector_cache import Candidates, PgVectorCache
 
 KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
@@ -58,11 +59,12 @@ def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, 
     return ctes, relaxed, bindings
 
 
-def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
-    """The statement text (with `:name` parameters) and its bindings."""
+def build(plan: SearchPlan, candidates: Candidates | None = None) -> tuple[str, dict[str, Any]]:
+    """The statement text (with `:name` parameters) and its bindings; `candidates` are the
+    vector cache's, which the statement checks before using them."""
     filters, bindings = filter_sql(plan.filters)
     ctes = [q.OWNED, q.ELIGIBLE.format(filters=filters)]
-    relaxed, exact = lx.RELAXED_NEVER, q.EXACT_ALWAYS
+    relaxed, exact, cache = lx.RELAXED_NEVER, q.EXACT_ALWAYS, q.CACHE_NONE
     if plan.mode is not Mode.VECTOR:
         lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters)
         ctes += lexical_ctes
@@ -74,23 +76,41 @@ def build(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
         eligible = q.ELIGIBLE_KEYS if filters else ""
         ctes += [
             q.VECTOR_COUNT.format(eligible=eligible) if filters else q.VECTOR_COUNT_SCOPE,
+            q.CACHE_FRESH,
             q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
             q.EXACT_OR_KNN_SIMS.format(
                 eligible=eligible, knn_eligible=q.KNN_ELIGIBLE if filters else q.KNN_OWNED
             ),
             q.VECTOR_SCORES,
         ]
-        exact = q.EXACT_BY_COUNT
+        exact, cache = q.EXACT_BY_COUNT, q.CACHE_GENS
+        bindings.update(_candidate_bindings(candidates))
     total = q.TOTAL_NONE
     if not semantic:
         # FTS: the top score, the total and the relaxation flag are one summary row.
         ctes.append(q.FTS_SUMMARY)
         total = q.TOTAL_SUMMARY
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
-    ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
+    ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total, cache=cache)]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
+
+
+def _candidate_bindings(candidates: Candidates | None) -> dict[str, Any]:
+    if candidates is None:
+        names = ("cache_projects", "cache_gens", "cand_projects", "cand_kinds", "cand_rows",
+                 "cand_chunks")
+        return dict.fromkeys(names)
+    projects, kinds, rows, chunks = candidates.keys
+    return {
+        "cache_projects": candidates.project_ids,
+        "cache_gens": candidates.generations,
+        "cand_projects": projects,
+        "cand_kinds": kinds,
+        "cand_rows": rows,
+        "cand_chunks": chunks,
+    }
 
 
 def _common_bindings(plan: SearchPlan, semantic: bool, filtered: bool) -> dict[str, Any]:
@@ -132,12 +152,32 @@ def check_plan(plan: SearchPlan) -> None:
         )
 
 
-async def run_search(conn: Conn, plan: SearchPlan, statement_timeout: float | None) -> SearchPage:
-    """Execute the statement once and turn its rows into a page."""
-    sql, bindings = build(plan)
+async def run_search(
+    conn: Conn,
+    plan: SearchPlan,
+    statement_timeout: float | None,
+    cache: PgVectorCache | None = None,
+) -> SearchPage:
+    """Execute the statement once and turn its rows into a page. With a `cache`, a semantic
+    search past `exact_scan_limit` offers the statement the cache's candidates (read on the
+    same connection when a project's matrix must be loaded first)."""
+    candidates = None
+    semantic = plan.mode is not Mode.FTS and plan.identity is not None
+    if cache is not None and cache.enabled and semantic and plan.query_vector:
+        assert plan.identity is not None
+        filtered = bool(filter_sql(plan.filters)[0])
+        wanted = plan.offset + plan.limit + 1
+        candidates = await cache.candidates(
+            conn, plan.project_ids, plan.identity, plan.query_vector,
+            knn_k(wanted, filtered, KNN_MAX_K), plan.exact_scan_limit,
+        )
+    sql, bindings = build(plan, candidates)
     text, args = q.numbered(sql, bindings)
     rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
+    if candidates is not None and cache is not None and rows[0]["cache_gens"] is not None:
+        cache.observed(candidates.project_ids, list(rows[0]["cache_gens"]))
     return page_from_rows(plan, rows)
+
 
 
 def page_from_rows(plan: SearchPlan, rows: list[Mapping[str, Any]]) -> SearchPage:

@@ -71,27 +71,52 @@ vcount AS MATERIALIZED (
     SELECT COALESCE(sum(s.chunks), 0) AS n FROM lexical_stats AS s
     WHERE s.project_id = ANY((SELECT ids FROM owned)::bigint[])
 ),"""
+# The in-process KNN matrices (vector_cache.py) propose candidates computed from the
+# generations in :cache_gens; they are used only when those are the scope's generations in
+# this statement's snapshot (`ok`), else the HNSW index answers. `gens` goes back to the
+# cache with the page (META), so matrices that moved on are read again. No cache: NULL
+# arrays, no rows, not ok.
+CACHE_FRESH = """
+cache_fresh AS MATERIALIZED (
+    SELECT COALESCE(bool_and(COALESCE(s.vgen, 0) = e.gen), false) AS ok,
+           array_agg(COALESCE(s.vgen, 0) ORDER BY e.project_id) AS gens
+    FROM unnest(:cache_projects::bigint[], :cache_gens::bigint[]) AS e(project_id, gen)
+    LEFT JOIN lexical_stats AS s ON s.project_id = e.project_id
+),"""
 # The ORDER BY expression and the predicate are the partial HNSW index's. The identity is
 # written into the text (dimensions an int, the model a quoted literal; both configuration)
 # so that generic plans can prove the index predicate too. Iterative scan (a session
 # setting) keeps reading the graph until LIMIT rows pass the scope filter. Vectors not yet
 # in the graph (`NOT ann`, see ann.py) are scored exactly beside it. One-time conditions
-# gate the arms: either the exact scan runs, or the HNSW search and the backlog scan do.
+# gate the arms: either the exact scan runs, or the cache's candidates are read by key, or
+# the HNSW search and the backlog scan do.
 # The scope test here is `:scope` alone: a second `= ANY(owned)` shrinks the planner's
 # row estimate (it multiplies the two selectivities), which made it prefer a btree range
 # plus a sort of every scope vector (an exact scan, 2-3x slower than the graph at 20k
 # vectors) over the HNSW index. Ownership is enforced where `knn` is read (KNN_OWNED, or
-# KNN_ELIGIBLE with filters, `eligible` checking `owned`).
+# KNN_ELIGIBLE with filters, `eligible` checking `owned`). A candidate's distance is its
+# stored vector's, as the index reports it.
 KNN = """
 knn AS MATERIALIZED (
+    (SELECT v.project_id, v.kind, v.row_id, v.chunk_index, v.source_hash,
+            (v.embedding::vector({dims})) <=> :query_vector::vector({dims}) AS distance
+     FROM vectors AS v
+     WHERE v.model = {model} AND v.dimensions = {dims} AND v.ann AND v.state = 'ready'
+       AND v.project_id = ANY(:scope::bigint[])
+       AND (SELECT n FROM vcount) > :exact_scan_limit::bigint
+       AND NOT (SELECT ok FROM cache_fresh)
+     ORDER BY (v.embedding::vector({dims})) <=> :query_vector::vector({dims})
+     LIMIT :knn_k::bigint)
+    UNION ALL
     SELECT v.project_id, v.kind, v.row_id, v.chunk_index, v.source_hash,
-           (v.embedding::vector({dims})) <=> :query_vector::vector({dims}) AS distance
-    FROM vectors AS v
-    WHERE v.model = {model} AND v.dimensions = {dims} AND v.ann AND v.state = 'ready'
-      AND v.project_id = ANY(:scope::bigint[])
+           (v.embedding::vector({dims})) <=> :query_vector::vector({dims})
+    FROM unnest(:cand_projects::bigint[], :cand_kinds::text[], :cand_rows::text[],
+                :cand_chunks::int[]) AS e(project_id, kind, row_id, chunk_index)
+    JOIN vectors AS v
+      ON v.project_id = e.project_id AND v.kind = e.kind AND v.row_id = e.row_id
+     AND v.chunk_index = e.chunk_index AND v.model = {model} AND v.dimensions = {dims}
+    WHERE v.state = 'ready' AND (SELECT ok FROM cache_fresh)
       AND (SELECT n FROM vcount) > :exact_scan_limit::bigint
-    ORDER BY (v.embedding::vector({dims})) <=> :query_vector::vector({dims})
-    LIMIT :knn_k::bigint
 ),"""
 EXACT_OR_KNN_SIMS = f"""
 chunk_sims AS MATERIALIZED (
@@ -109,6 +134,7 @@ chunk_sims AS MATERIALIZED (
     SELECT v.project_id, v.kind, v.row_id, {SIMILARITY}
     {SCOPE_VECTORS}
       AND NOT v.ann AND (SELECT n FROM vcount) > :exact_scan_limit::bigint
+      AND NOT (SELECT ok FROM cache_fresh)
 ),"""  # noqa: S608 - only constant fragments are interpolated
 # What a `knn` row must pass besides its chunk: the scope's owned projects, and with filters
 # the eligible documents (without filters `eligible` is then never read, so never computed).
@@ -205,7 +231,10 @@ page AS MATERIALIZED (
     LIMIT :limit::bigint OFFSET :offset::bigint
 ),"""
 META = """
-meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total}::bigint AS total)"""
+meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total}::bigint AS total,
+                {cache}::bigint[] AS cache_gens)"""
+CACHE_GENS = "(SELECT gens FROM cache_fresh)"
+CACHE_NONE = "NULL"
 TOTAL_SUMMARY = "(SELECT total FROM fts_summary)"
 TOTAL_NONE = "NULL"
 
@@ -228,7 +257,7 @@ TOP_CHUNKS = f"""(
     ) AS x
 )"""  # noqa: S608 - only constant fragments are interpolated
 FINAL = """
-SELECT m.relaxed, m.exact, m.total,
+SELECT m.relaxed, m.exact, m.total, m.cache_gens,
        pg.project_id, p.external_id, pg.kind, pg.row_id, d.title, d.path, d.category,
        d.note_type, d.metadata, d.created_at, d.updated_at,
        pg.score, pg.v, pg.fts_score, pg.f, left(d.body, :snippet_chars::int) AS snippet,

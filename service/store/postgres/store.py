@@ -35,6 +35,7 @@ from service.store.postgres.migrations import apply_migrations, ensure_vector_in
 from service.store.postgres.pool import Conn, Database, PoolSettings
 from service.store.postgres.replicas import ReplicaRouter
 from service.store.postgres.search import check_plan, run_search
+from service.store.postgres.vector_cache import PgVectorCache
 
 ADAPTER = "pgvector"
 DELETE_ATTEMPTS = 5  # DeleteProject retried on a deadlock
@@ -59,6 +60,7 @@ class PostgresStore:
         replica_max_lag: float = 10.0,
         replica_check_interval: float = 1.0,
         partitions: int = 0,
+        vector_cache_bytes: int = 0,
     ) -> None:
         self._settings = dataclasses.replace(
             settings or PoolSettings(),
@@ -81,6 +83,7 @@ class PostgresStore:
         self._ann_background = ann_maintenance
         self._partitions = partitions
         self._reads = 0
+        self._vector_cache = PgVectorCache(vector_cache_bytes)
         self._replicas = (
             ReplicaRouter(
                 self._db, replica_dsns, self._settings, replica_max_lag, replica_check_interval
@@ -257,9 +260,12 @@ class PostgresStore:
         budget = request_context.current().time_remaining()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
             async with self._search_turns.turn(plan.tenant, budget):
+                cache = self._vector_cache
                 if self._replicas is not None:
-                    return await self._replicas.read(lambda conn: run_search(conn, plan, timeout))
-                page = await self._db.run(lambda conn: run_search(conn, plan, timeout))
+                    return await self._replicas.read(
+                        lambda conn: run_search(conn, plan, timeout, cache)
+                    )
+                page = await self._db.run(lambda conn: run_search(conn, plan, timeout, cache))
             self._reads += 1
             return page
 
@@ -271,7 +277,8 @@ class PostgresStore:
             replica_in_use, replica_size = self._replicas.usage()
             in_use, size = in_use + replica_in_use, size + replica_size
             reads = dict(self._replicas.reads)
-        return StoreStats(in_use, size, reads)
+        cache = self._vector_cache.stats() if self._vector_cache.enabled else None
+        return StoreStats(in_use, size, reads, cache)
 
     async def pending_chunks(self) -> int:
         """Chunks of every tenant without a ready vector of the configured embedding."""

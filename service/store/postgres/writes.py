@@ -280,14 +280,16 @@ async def write_documents(
 async def _move_stats(
     conn: Conn, project: tuple[str, int], batch: _Batch, old: Sequence[Any]
 ) -> None:
-    """lexical_stats by what the batch changed (no row lock when it changed nothing)."""
+    """lexical_stats by what the batch changed, the vector generation whenever it wrote or
+    removed a vector (no row lock when it changed nothing)."""
     change = (
         len(batch.keys) - len(old),
         sum(batch.columns[12]) - sum(r["doc_len"] for r in old),
         sum(batch.columns[13]) - sum(r["ngram_len"] for r in old),
         len(batch.chunks) - sum(r["chunk_count"] for r in old),
     )
-    if any(change):
+    vectors_moved = bool(batch.vectors) or any(r["chunk_count"] for r in old)
+    if any(change) or vectors_moved:
         tenant, project_id = project
         await conn.execute(postings.ADD_STATS, project_id, *change, tenant)
 

@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
+from service.store.nearest import nearest_positions
 
 SELECT_GENERATIONS = """
 SELECT project_id, gen FROM vector_generations
@@ -50,7 +51,6 @@ SELECT count(*) FROM vectors
 WHERE project_id = ? AND model = ? AND dimensions = ? AND state = 'ready'"""
 SELECT_GENERATION_PROJECTS = "SELECT project_id FROM vector_generations"
 T = TypeVar("T")
-TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
 
 
 @dataclass(frozen=True)
@@ -222,20 +222,8 @@ def _load(
 
 
 def _nearest(ids: NDArray[np.int64], distances: NDArray[np.float32], k: int) -> list[int]:
-    """The ids of the k smallest distances and of every one tied with the k-th (the page
-    breaks ties by document identity, which only the statement knows), nearest first; at
-    most TIES_MAX in all."""
-    if k <= 0 or not len(ids):
-        return []
-    if len(ids) > k:
-        kth = distances[np.argpartition(distances, k - 1)[k - 1]]
-        keep = np.flatnonzero(distances <= kth)
-        if len(keep) > TIES_MAX:
-            keep = keep[np.argpartition(distances[keep], TIES_MAX - 1)[:TIES_MAX]]
-    else:
-        keep = np.arange(len(ids))
-    order = keep[np.lexsort((ids[keep], distances[keep]))]
-    return [int(i) for i in ids[order]]
+    """The ids of the k nearest (ties with the k-th included), nearest first."""
+    return [int(i) for i in ids[nearest_positions(distances, ids, k)]]
 
 
 _FUNCTIONS: weakref.WeakKeyDictionary[apsw.Connection, VectorCache] = weakref.WeakKeyDictionary()

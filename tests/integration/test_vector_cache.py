@@ -1,12 +1,13 @@
-"""SQLite KNN candidates from the in-process matrices: current after any write, by anyone.
+"""KNN candidates from the in-process matrices: current after any write, by anyone.
 
-The store's KNN path (more scope vectors than `exact_scan_limit`) takes its candidates from
-service.store.sqlite.vector_cache. The promise checked here: whatever sequence of writes,
-re-embeddings, deletions and project deletions happened, and whichever process (here: a
-second store on the same file) made them, a KNN page is the page the exact scan gives over
-the same rows (same documents, same scores), and never shows a vector that is not ready,
-not of the identity, or not the chunk's current text. And the cache keeps to its budget,
-leaving scopes it cannot hold to vec0.
+Each store's KNN path (more scope vectors than `exact_scan_limit`) takes its candidates from
+its vector cache (service.store.sqlite.vector_cache, service.store.postgres.vector_cache).
+The promise checked here, on both stores: whatever sequence of writes, re-embeddings,
+deletions and project deletions happened, and whichever process (here: a second store on
+the same database) made them, a KNN page is the page the exact scan gives over the same
+rows (same documents, same scores), and never shows a vector that is not ready, not of the
+identity, or not the chunk's current text. And the cache keeps to its budget, leaving
+scopes it cannot hold to the store's index (vec0, HNSW).
 """
 
 from __future__ import annotations
@@ -16,30 +17,34 @@ import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import apsw
 import pytest
 import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Mode, SearchPage
 from service.store.sqlite import SqliteStore
-from tests.integration.conftest import Corpus, Doc
+from tests.integration.conftest import Backend, Corpus, Doc
 
 WORDS = ("galaxy", "redshift", "nebula", "comet", "orbit", "quasar", "pulsar", "dust", "ion")
 VECTOR_MODES = ("ready", "ready", "ready", "pending", "other-model")
 QUERIES = ("galaxy redshift", "comet orbit dust", "quasar")
 
 
+CACHE_BYTES = 256 << 20
+
+
+def row_bytes(backend: Backend) -> int:
+    """What one 384-d vector costs the backend's cache (its floats and its key)."""
+    return 384 * 4 + (8 if backend.name == "sqlite" else 64)
+
+
 @pytest_asyncio.fixture
 async def two_stores(
-    tmp_path: Path, embedder: DeterministicEmbedder
+    backend: Backend, embedder: DeterministicEmbedder
 ) -> AsyncIterator[tuple[Corpus, Corpus]]:
-    """Two stores on one file: one with the cache, one without (vec0 and exact scans)."""
-    path = tmp_path / "search.sqlite3"
-    cached = SqliteStore(path, embedder.identity)
-    await cached.open()
-    plain = SqliteStore(path, embedder.identity, vector_cache_bytes=0)
-    await plain.open()
+    """Two stores on one database: one with the cache, one without (index and exact scans)."""
+    cached = await backend.open(embedder.identity, vector_cache_bytes=CACHE_BYTES)
+    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
     try:
         yield Corpus(cached, embedder, "acme"), Corpus(plain, embedder, "acme")
     finally:
@@ -137,8 +142,36 @@ async def test_hybrid_knn_keeps_the_vector_channel_current(
     assert _key(page) == _key(await plain.store.search(exact))
 
 
+async def test_a_rewrite_that_keeps_every_length_moves_the_cache_on(
+    two_stores: tuple[Corpus, Corpus],
+) -> None:
+    """The document farthest from the query, rewritten by the other store into the query's
+    words with as many words (same counts and lengths for the project's statistics), is
+    the nearest now: the cache, whose old matrix never proposed it, must see the change."""
+    cached, plain = two_stores
+    project = await _filled_project(cached, plain, random.Random(7))
+    text = "galaxy redshift quasar"
+    everything = await plain.plan([project], Mode.VECTOR, text, limit=300, exact_scan_limit=10**9)
+    knn = await cached.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=0)
+    await cached.store.search(knn)  # the matrix is held from here on
+    far = (await plain.store.search(everything)).hits[-1].row_id
+    words = len(next(d for d in await _texts(plain, project) if d[0] == far)[1].split())
+    rewritten = " ".join((text.split() * 3)[:words])
+    await plain.write(project, [Doc("note", far, rewritten)])
+    exact = await plain.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=10**9)
+    want = await plain.store.search(exact)
+    assert want.hits[0].row_id == far
+    assert _key(await cached.store.search(knn)) == _key(want)
+
+
+async def _texts(corpus: Corpus, project: int) -> list[tuple[str, str]]:
+    """(row_id, body) of the project's notes."""
+    plan = await corpus.plan([project], Mode.FTS, "", limit=1000)
+    return [(h.row_id, h.snippet) for h in (await corpus.store.search(plan)).hits]
+
+
 async def test_vectors_changed_behind_the_store_are_seen(
-    two_stores: tuple[Corpus, Corpus], tmp_path: Path
+    two_stores: tuple[Corpus, Corpus], backend: Backend
 ) -> None:
     """A tool updating `vectors` in place (re-embedding, un-readying) moves the cache on too:
     the chunk farthest from the query, given the nearest chunk's vector, is a candidate."""
@@ -151,31 +184,27 @@ async def test_vectors_changed_behind_the_store_are_seen(
     assert (await cached.store.search(knn)).hits[0].row_id == "near"
     far = (await plain.store.search(exact)).hits[-1].row_id
     exact = await plain.plan([project], Mode.VECTOR, text, limit=5, exact_scan_limit=10**9)
-    conn = apsw.Connection(str(tmp_path / "search.sqlite3"))
-    try:
+    if backend.name == "sqlite":
         chunk_of = (
-            "SELECT v.chunk_id FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id"
-            " JOIN documents AS d ON d.id = c.document_id WHERE d.row_id = ?"
+            "(SELECT v.chunk_id FROM vectors AS v JOIN chunks AS c ON c.id = v.chunk_id"
+            " JOIN documents AS d ON d.id = c.document_id WHERE d.row_id = ?)"
         )
-        near_chunk = conn.execute(chunk_of, ("near",)).fetchall()[0][0]
-        far_chunk = conn.execute(chunk_of, (far,)).fetchall()[0][0]
-        conn.execute(
-            "UPDATE vectors SET embedding = (SELECT embedding FROM vectors WHERE chunk_id = ?)"
-            " WHERE chunk_id = ?",
-            (near_chunk, far_chunk),
-        )
-        page = await cached.store.search(knn)
-        assert far in {h.row_id for h in page.hits[:2]}
-        assert _key(page) == _key(await plain.store.search(exact))
-        conn.execute(
-            "UPDATE vectors SET state = 'pending', embedding = NULL WHERE chunk_id = ?",
-            (near_chunk,),
-        )
-        page = await cached.store.search(knn)
-        assert "near" not in {h.row_id for h in page.hits}
-        assert _key(page) == _key(await plain.store.search(exact))
-    finally:
-        conn.close()
+        copy = ("UPDATE vectors SET embedding = (SELECT embedding FROM vectors"  # noqa: S608
+                " WHERE chunk_id = " + chunk_of + ") WHERE chunk_id = " + chunk_of)
+        unready = ("UPDATE vectors SET state = 'pending', embedding = NULL"  # noqa: S608
+                   " WHERE chunk_id = " + chunk_of)
+    else:  # every document here is one chunk
+        copy = ("UPDATE vectors SET embedding = (SELECT embedding FROM vectors"
+                " WHERE row_id = ?) WHERE row_id = ?")
+        unready = "UPDATE vectors SET state = 'pending', embedding = NULL WHERE row_id = ?"
+    await backend.execute(copy, "near", far)
+    page = await cached.store.search(knn)
+    assert far in {h.row_id for h in page.hits[:2]}
+    assert _key(page) == _key(await plain.store.search(exact))
+    await backend.execute(unready, "near")
+    page = await cached.store.search(knn)
+    assert "near" not in {h.row_id for h in page.hits}
+    assert _key(page) == _key(await plain.store.search(exact))
 
 
 async def test_deleting_the_nearest_documents_leaves_no_hole(
@@ -196,15 +225,13 @@ async def test_deleting_the_nearest_documents_leaves_no_hole(
     assert _key(page) == _key(await plain.store.search(exact))
 
 
-async def test_scopes_past_the_budget_are_left_to_vec0(
-    tmp_path: Path, embedder: DeterministicEmbedder
+async def test_scopes_past_the_budget_are_left_to_the_index(
+    backend: Backend, embedder: DeterministicEmbedder
 ) -> None:
-    path = tmp_path / "search.sqlite3"
-    # Room for one project's vectors (12 chunks of 384 float32 and their ids), not two.
-    store = SqliteStore(path, embedder.identity, vector_cache_bytes=12 * (384 * 4 + 8) + 100)
-    await store.open()
-    plain = SqliteStore(path, embedder.identity, vector_cache_bytes=0)
-    await plain.open()
+    # Room for one project's vectors (12 chunks of 384 float32 and their keys), not two.
+    budget = 12 * row_bytes(backend) + 100
+    store = await backend.open(embedder.identity, vector_cache_bytes=budget)
+    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
     try:
         corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
         projects = [p.project_id for p in await corpus.projects(2)]
@@ -222,7 +249,7 @@ async def test_scopes_past_the_budget_are_left_to_vec0(
             assert _key(await store.search(knn)) == _key(await plain.search(vec0))
             held = store.stats().vector_cache
             assert held is not None
-            assert held.bytes <= 12 * (384 * 4 + 8) + 100
+            assert held.bytes <= budget
             assert held.projects <= 1
             loads.append(held.loads)
         # The scope of two was counted, not read: one read for each one-project scope.
@@ -236,16 +263,14 @@ async def test_scopes_past_the_budget_are_left_to_vec0(
 
 
 async def test_concurrent_searches_share_a_cache_that_keeps_evicting(
-    tmp_path: Path, embedder: DeterministicEmbedder
+    backend: Backend, embedder: DeterministicEmbedder
 ) -> None:
-    """Many searches at once on the reader threads, over scopes that do not all fit: each
-    page is still the exact one (loads and evictions race, nothing is lost or mixed up)."""
-    path = tmp_path / "search.sqlite3"
-    per_project = 40 * (384 * 4 + 8)
-    store = SqliteStore(path, embedder.identity, vector_cache_bytes=3 * per_project)
-    await store.open()
-    plain = SqliteStore(path, embedder.identity, vector_cache_bytes=0)
-    await plain.open()
+    """Many searches at once (SQLite: on the reader threads), over scopes that do not all
+    fit: each page is still the exact one (loads and evictions race, nothing is lost or
+    mixed up)."""
+    per_project = 40 * row_bytes(backend)
+    store = await backend.open(embedder.identity, vector_cache_bytes=3 * per_project)
+    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
     try:
         corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
         rng = random.Random(9)

@@ -1,0 +1,243 @@
+"""KNN candidates of the PostgreSQL store from in-process matrices (issue 18).
+
+Past `exact_scan_limit` the vector channel asked the HNSW index for the scope's nearest
+chunks: 5-10 ms for a 20k-vector scope of 100k (the graph walks every project's vectors and
+drops the other projects'), where one matrix product over the scope's vectors takes ~2 ms
+and is exact. The cache keeps, per project, the ready vectors of the store's identity as
+one normalised float32 matrix, each with the project's vector generation
+(`lexical_stats.vgen`, migration 6, moved by every write that inserts or removes a vector,
+in the statement that moves the other statistics) read in the same statement.
+
+The cache only proposes: the search statement receives the candidates and the generations
+they were computed from, compares those with the scope's generations in its own snapshot,
+and uses the candidates only when all are current (checking each one's state, identity,
+source hash, tenant and filters, and computing its similarity from the stored vector);
+otherwise it asks the HNSW index as before. So a vector written by another replica, or on
+a primary a lagging read replica has not caught up with, is never served from a stale
+matrix. The statement reports the generations it saw; projects that moved on are read
+again by the next search. Bounded: projects are evicted least recently used past
+`budget_bytes`; a scope that does not fit is answered by the index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.embeddings.base import EmbeddingIdentity
+from service.store.base import VectorCacheStats
+from service.store.nearest import nearest_positions
+from service.store.postgres.pool import Conn
+
+# The generation and the chunks of each project (its lexical_stats row: no row, 0), read
+# before anything is loaded, so a scope that cannot fit is never read.
+SELECT_SIZES = """
+SELECT p.id AS project_id, COALESCE(s.vgen, 0) AS vgen, COALESCE(s.chunks, 0) AS chunks
+FROM unnest($1::bigint[]) AS p(id)
+LEFT JOIN lexical_stats AS s ON s.project_id = p.id"""
+# One project's ready vectors of the identity and its generation, in one statement (one
+# snapshot). The vectors come as one bytea of vector_send() bodies (a 4-byte header: two
+# int16, then big-endian float4s), in key order.
+SELECT_PROJECT = """
+SELECT (SELECT s.vgen FROM lexical_stats AS s WHERE s.project_id = $1) AS vgen,
+       COALESCE(array_agg(v.kind ORDER BY v.kind COLLATE "C", v.row_id COLLATE "C",
+                          v.chunk_index), '{}') AS kinds,
+       COALESCE(array_agg(v.row_id ORDER BY v.kind COLLATE "C", v.row_id COLLATE "C",
+                          v.chunk_index), '{}') AS row_ids,
+       COALESCE(array_agg(v.chunk_index ORDER BY v.kind COLLATE "C", v.row_id COLLATE "C",
+                          v.chunk_index), '{}') AS chunk_indexes,
+       COALESCE(string_agg(substring(vector_send(v.embedding) FROM 5), ''::bytea
+                           ORDER BY v.kind COLLATE "C", v.row_id COLLATE "C", v.chunk_index),
+                ''::bytea) AS vectors
+FROM vectors AS v
+WHERE v.project_id = $1 AND v.model = $2 AND v.dimensions = $3 AND v.state = 'ready'
+  AND vector_dims(v.embedding) = $3"""
+ROW_OVERHEAD = 64  # bytes a row costs besides its floats: its key, as Python holds it
+THREAD_ROWS = 4096  # larger products run off the event loop (numpy releases the GIL)
+_SMALL: list[_Matrix] = []  # a scope the exact scan reads whole (compared by identity)
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    generation: int
+    identity: EmbeddingIdentity
+    kinds: list[str]
+    row_ids: list[str]
+    chunk_indexes: list[int]
+    rows: NDArray[np.float32]  # one normalised vector a row
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes) + ROW_OVERHEAD * len(self.kinds)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What the search statement binds: the scope's generations the candidates come from,
+    and the candidates' keys, nearest first."""
+
+    project_ids: list[int]
+    generations: list[int]
+    keys: tuple[list[int], list[str], list[str], list[int]]
+
+
+class PgVectorCache:
+    """Per-project matrices of one store, used from its event loop."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self._budget = max(0, int(budget_bytes))
+        self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
+        self._bytes = 0
+        self._loads = self._evictions = self._fallbacks = 0
+        self._loading = asyncio.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self._budget > 0
+
+    async def candidates(
+        self,
+        conn: Conn,
+        project_ids: Sequence[int],
+        identity: EmbeddingIdentity,
+        query: Sequence[float],
+        k: int,
+        exact_scan_limit: int,
+    ) -> Candidates | None:
+        """The k nearest ready vectors of the scope (ties with the k-th included), with the
+        generations they come from; None when the scope has at most `exact_scan_limit`
+        vectors (the statement scans them all) or cannot be held at once."""
+        scope = sorted({int(p) for p in project_ids})
+        matrices = self._held(scope, identity)
+        if matrices is None:
+            async with self._loading:  # one reader at a time; a second finds it held
+                matrices = await self._load(conn, scope, identity, exact_scan_limit)
+        if matrices is _SMALL:
+            return None
+        if matrices is None:
+            self._fallbacks += 1
+            return None
+        probe = np.asarray(query, dtype=np.float32)
+        norm = float(np.linalg.norm(probe))
+        if norm > 0:
+            probe = probe / norm
+        rows = sum(len(m.kinds) for m in matrices)
+        if rows <= exact_scan_limit:
+            return None
+        if rows > THREAD_ROWS:
+            positions = await asyncio.to_thread(_nearest, matrices, probe, k)
+        else:
+            positions = _nearest(matrices, probe, k)
+        return _candidates(scope, matrices, positions)
+
+    def observed(self, project_ids: Sequence[int], generations: Sequence[int]) -> None:
+        """The generations a statement saw: a matrix of another generation is dropped (read
+        again at its next use), and that search counts as a fallback."""
+        moved = False
+        for project_id, generation in zip(project_ids, generations, strict=True):
+            found = self._matrices.get(project_id)
+            if found is not None and found.generation != generation:
+                moved = True
+                del self._matrices[project_id]
+                self._bytes -= found.nbytes
+        if moved:
+            self._fallbacks += 1
+
+    def stats(self) -> VectorCacheStats:
+        """What the metrics endpoint shows."""
+        return VectorCacheStats(
+            len(self._matrices), self._bytes, self._budget, self._loads, self._evictions,
+            self._fallbacks,
+        )
+
+    def _held(self, scope: list[int], identity: EmbeddingIdentity) -> list[_Matrix] | None:
+        found = [self._matrices.get(p) for p in scope]
+        if any(m is None or m.identity != identity for m in found):
+            return None
+        for project_id in scope:
+            self._matrices.move_to_end(project_id)
+        return [m for m in found if m is not None]
+
+    async def _load(
+        self, conn: Conn, scope: list[int], identity: EmbeddingIdentity, exact_scan_limit: int
+    ) -> list[_Matrix] | None:
+        """The scope's matrices, the missing ones read; reading no vector, None when the
+        scope cannot be held at once and _SMALL when it has at most `exact_scan_limit`
+        chunks."""
+        row_bytes = int(identity.dimensions) * 4 + ROW_OVERHEAD
+        sizes = await conn.fetch(SELECT_SIZES, scope)
+        if sum(int(row["chunks"]) for row in sizes) <= exact_scan_limit:
+            return _SMALL
+        needed = 0
+        for row in sizes:
+            held = self._matrices.get(int(row["project_id"]))
+            if held is not None and (held.generation, held.identity) == (row["vgen"], identity):
+                needed += held.nbytes
+            else:
+                needed += int(row["chunks"]) * row_bytes
+        if needed > self._budget:
+            return None
+        matrices = []
+        for project_id in scope:
+            held = self._matrices.get(project_id)
+            if held is None or held.identity != identity:
+                held = await self._read(conn, project_id, identity)
+                if held is None:
+                    return None
+            self._matrices.move_to_end(project_id)
+            matrices.append(held)
+        return matrices
+
+    async def _read(
+        self, conn: Conn, project_id: int, identity: EmbeddingIdentity
+    ) -> _Matrix | None:
+        row = await conn.fetchrow(SELECT_PROJECT, project_id, identity.model, identity.dimensions)
+        assert row is not None  # an aggregate always returns its row
+        dims = int(identity.dimensions)
+        kinds, row_ids = list(row["kinds"]), list(row["row_ids"])
+        rows = np.frombuffer(row["vectors"], dtype=">f4").astype(np.float32)
+        rows = rows.reshape(len(kinds), dims)
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        np.divide(rows, norms, out=rows, where=norms > 0)
+        loaded = _Matrix(int(row["vgen"] or 0), identity, kinds, row_ids,
+                         [int(i) for i in row["chunk_indexes"]], rows)
+        self._loads += 1
+        previous = self._matrices.pop(project_id, None)
+        if previous is not None:
+            self._bytes -= previous.nbytes
+        if loaded.nbytes > self._budget:
+            return None
+        while self._matrices and self._bytes + loaded.nbytes > self._budget:
+            _, evicted = self._matrices.popitem(last=False)
+            self._bytes -= evicted.nbytes
+            self._evictions += 1
+        self._matrices[project_id] = loaded
+        self._bytes += loaded.nbytes
+        return loaded
+
+
+def _nearest(matrices: list[_Matrix], probe: NDArray[np.float32], k: int) -> NDArray[np.intp]:
+    if not matrices:
+        return np.empty(0, dtype=np.intp)
+    distances = np.concatenate([1.0 - m.rows @ probe for m in matrices])
+    return nearest_positions(distances, np.arange(len(distances), dtype=np.int64), k)
+
+
+def _candidates(
+    scope: list[int], matrices: list[_Matrix], positions: NDArray[np.intp]
+) -> Candidates:
+    starts = np.cumsum([0] + [len(m.kinds) for m in matrices])
+    keys: tuple[list[int], list[str], list[str], list[int]] = ([], [], [], [])
+    for position in positions.tolist():
+        at = int(np.searchsorted(starts, position, side="right")) - 1
+        matrix, offset = matrices[at], position - int(starts[at])
+        keys[0].append(scope[at])
+        keys[1].append(matrix.kinds[offset])
+        keys[2].append(matrix.row_ids[offset])
+        keys[3].append(matrix.chunk_indexes[offset])
+    return Candidates(scope, [m.generation for m in matrices], keys)
