@@ -24,6 +24,7 @@ from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Mode, SearchPage
 from service.store.sqlite import SqliteStore
 from tests.integration.conftest import Backend, Corpus, Doc
+from tests.support.pg import fresh_database
 
 WORDS = ("galaxy", "redshift", "nebula", "comet", "orbit", "quasar", "pulsar", "dust", "ion")
 VECTOR_MODES = ("ready", "ready", "ready", "pending", "other-model")
@@ -352,3 +353,39 @@ async def test_a_restarted_store_reads_its_matrices_at_once_when_they_fit(
         assert after.loads == (3 if fits else 1)  # warm: the search read nothing more
     finally:
         await store.close()
+
+
+@pytest.mark.postgres
+async def test_a_project_too_large_to_read_at_once_is_left_to_hnsw(
+    pg_dsn: str, embedder: DeterministicEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL reads a project's matrix as one bytea (capped at 1 GB by PostgreSQL): a
+    project past MAX_PROJECT_BYTES is never read, and HNSW answers its scopes."""
+    from service.store.postgres import PostgresStore, vector_cache
+
+    monkeypatch.setattr(vector_cache, "MAX_PROJECT_BYTES", 11 * 384 * 4)
+    async with fresh_database(pg_dsn) as dsn:
+        store = PostgresStore(dsn, embedder.identity, vector_cache_bytes=CACHE_BYTES)
+        plain = PostgresStore(dsn, embedder.identity, vector_cache_bytes=0)
+        await store.open()
+        await plain.open()
+        try:
+            corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
+            small, large = [p.project_id for p in await corpus.projects(2)]
+            for project, count in ((small, 11), (large, 12)):
+                reference.owners[project] = corpus.tenant
+                await corpus.write(
+                    project, [Doc("note", str(i), f"comet {i} orbit") for i in range(count)]
+                )
+            for scope, loads, fallbacks in (([small], 1, 0), ([small, large], 1, 1)):
+                knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
+                                        exact_scan_limit=0)
+                hnsw = await reference.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
+                                            exact_scan_limit=0)
+                assert _key(await store.search(knn)) == _key(await plain.search(hnsw))
+                held = store.stats().vector_cache
+                assert held is not None
+                assert (held.loads, held.fallbacks) == (loads, fallbacks)
+        finally:
+            await plain.close()
+            await store.close()

@@ -58,6 +58,9 @@ FROM vectors AS v
 WHERE v.project_id = $1 AND v.model = $2 AND v.dimensions = $3 AND v.state = 'ready'
   AND vector_dims(v.embedding) = $3"""
 ROW_OVERHEAD = 64  # bytes a row costs besides its floats: its key, as Python holds it
+# A project is read as one bytea, which PostgreSQL caps at 1 GB: a project whose vectors
+# would take more than this is left to the index (~170k 384-d vectors).
+MAX_PROJECT_BYTES = 256 << 20
 THREAD_ROWS = 4096  # larger products run off the event loop (numpy releases the GIL)
 _SMALL: list[_Matrix] = []  # a scope the exact scan reads whole (compared by identity)
 
@@ -167,12 +170,15 @@ class PgVectorCache:
         self, conn: Conn, scope: list[int], identity: EmbeddingIdentity, exact_scan_limit: int
     ) -> list[_Matrix] | None:
         """The scope's matrices, the missing ones read; reading no vector, None when the
-        scope cannot be held at once and _SMALL when it has at most `exact_scan_limit`
-        chunks."""
+        scope cannot be held at once (or holds a project too large to read at once) and
+        _SMALL when it has at most `exact_scan_limit` chunks."""
         row_bytes = int(identity.dimensions) * 4 + ROW_OVERHEAD
         sizes = await conn.fetch(SELECT_SIZES, scope)
         if sum(int(row["chunks"]) for row in sizes) <= exact_scan_limit:
             return _SMALL
+        floats = int(identity.dimensions) * 4
+        if any(int(row["chunks"]) * floats > MAX_PROJECT_BYTES for row in sizes):
+            return None
         needed = 0
         for row in sizes:
             held = self._matrices.get(int(row["project_id"]))
