@@ -15,14 +15,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Mode, SearchPage
-from service.store.sqlite import SqliteStore
 from tests.integration.conftest import Backend, Corpus, Doc
 from tests.support.pg import fresh_database
 
@@ -327,21 +325,18 @@ async def test_searches_racing_writes_never_fail_and_end_current(
 
 @pytest.mark.parametrize("fits", [True, False])
 async def test_a_restarted_store_reads_its_matrices_at_once_when_they_fit(
-    tmp_path: Path, embedder: DeterministicEmbedder, fits: bool
+    backend: Backend, embedder: DeterministicEmbedder, fits: bool
 ) -> None:
-    path = tmp_path / "search.sqlite3"
-    first = SqliteStore(path, embedder.identity)
-    await first.open()
+    first = await backend.open(embedder.identity, vector_cache_bytes=0)
     corpus = Corpus(first, embedder, "acme")
     projects = [p.project_id for p in await corpus.projects(3)]
     for project in projects:
         await corpus.write(project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)])
     await first.close()
-    budget = 36 * (384 * 4 + 8) if fits else 36 * (384 * 4 + 8) - 1
-    store = SqliteStore(path, embedder.identity, vector_cache_bytes=budget)
-    await store.open()
+    budget = 36 * row_bytes(backend) if fits else 36 * row_bytes(backend) - 1
+    store = await backend.open(embedder.identity, vector_cache_bytes=budget)
     try:
-        await store.warmed()
+        await store.warmed()  # type: ignore[attr-defined]
         stats = store.stats().vector_cache
         assert stats is not None
         assert (stats.projects, stats.loads) == ((3, 3) if fits else (0, 0))

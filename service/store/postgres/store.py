@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -41,6 +42,7 @@ ADAPTER = "pgvector"
 DELETE_ATTEMPTS = 5  # DeleteProject retried on a deadlock
 PING = "SELECT 1"
 DB_SYSTEM = "postgresql"
+log = logging.getLogger("search.store.postgres")
 
 
 class PostgresStore:
@@ -84,6 +86,7 @@ class PostgresStore:
         self._partitions = partitions
         self._reads = 0
         self._vector_cache = PgVectorCache(vector_cache_bytes)
+        self._warming: asyncio.Task[None] | None = None
         self._replicas = (
             ReplicaRouter(
                 self._db, replica_dsns, self._settings, replica_max_lag, replica_check_interval
@@ -118,6 +121,24 @@ class PostgresStore:
             await self._replicas.open()
         if self._ann is not None and self._ann_background:
             self._ann.start()
+        identity, cache = self._identity, self._vector_cache
+        if identity is not None and cache.enabled:
+            # In the background: searches may start before it is done (and load for
+            # themselves what it has not read yet).
+            self._warming = asyncio.create_task(self._warm(cache, identity))
+
+    async def _warm(self, cache: PgVectorCache, identity: EmbeddingIdentity) -> None:
+        try:
+            read = await self._db.run_unhooked(lambda conn: cache.warm(conn, identity))
+        except Exception:  # a cold cache is only slower: never fail the store over it
+            log.warning("postgres vector cache warm-up failed", exc_info=True)
+        else:
+            log.info("postgres vector cache warm", extra={"projects": read})
+
+    async def warmed(self) -> None:
+        """Wait for the vector cache's start-up read (tests, benchmarks)."""
+        if self._warming is not None:
+            await asyncio.shield(self._warming)
 
     @property
     def replicas(self) -> ReplicaRouter | None:
@@ -125,7 +146,10 @@ class PostgresStore:
         return self._replicas
 
     async def close(self) -> None:
-        """Stop HNSW maintenance and close the pool."""
+        """Stop HNSW maintenance and the cache's start-up read, and close the pool."""
+        if self._warming is not None:
+            self._warming.cancel()
+            await asyncio.gather(self._warming, return_exceptions=True)
         if self._ann is not None:
             await self._ann.stop()
         if self._replicas is not None:

@@ -25,6 +25,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,8 +33,9 @@ from numpy.typing import NDArray
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
 from service.store.nearest import nearest_positions
-from service.store.postgres.pool import Conn
 
+# Every project's chunks, for the start-up read (which reads all of them or none).
+SELECT_ALL_SIZES = "SELECT project_id, chunks FROM lexical_stats ORDER BY project_id"
 # The generation and the chunks of each project (its lexical_stats row: no row, 0), read
 # before anything is loaded, so a scope that cannot fit is never read.
 SELECT_SIZES = """
@@ -63,6 +65,14 @@ ROW_OVERHEAD = 64  # bytes a row costs besides its floats: its key, as Python ho
 MAX_PROJECT_BYTES = 256 << 20
 THREAD_ROWS = 4096  # larger products run off the event loop (numpy releases the GIL)
 _SMALL: list[_Matrix] = []  # a scope the exact scan reads whole (compared by identity)
+
+
+class Reader(Protocol):
+    """A pooled connection (service.store.postgres.pool.Conn) or a raw asyncpg one."""
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]: ...
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ class PgVectorCache:
 
     async def candidates(
         self,
-        conn: Conn,
+        conn: Reader,
         project_ids: Sequence[int],
         identity: EmbeddingIdentity,
         query: Sequence[float],
@@ -138,6 +148,28 @@ class PgVectorCache:
             positions = _nearest(matrices, probe, k)
         return _candidates(scope, matrices, positions)
 
+    async def warm(self, conn: Reader, identity: EmbeddingIdentity) -> int:
+        """Read every project's matrix when all of them fit the budget (a restarted server
+        then answers its first searches without a load each); none otherwise, leaving the
+        least-recently-used order to the searches. Returns the projects read."""
+        rows = await conn.fetch(SELECT_ALL_SIZES)
+        floats = int(identity.dimensions) * 4
+        needed = sum(int(r["chunks"]) for r in rows) * (floats + ROW_OVERHEAD)
+        if not rows or needed > self._budget or any(
+            int(r["chunks"]) * floats > MAX_PROJECT_BYTES for r in rows
+        ):
+            return 0
+        read = 0
+        for row in rows:  # one project at a time: a search may load between two
+            project_id = int(row["project_id"])
+            async with self._loading:
+                if project_id in self._matrices:
+                    continue
+                if await self._read(conn, project_id, identity) is None:
+                    break
+                read += 1
+        return read
+
     def observed(self, project_ids: Sequence[int], generations: Sequence[int]) -> None:
         """The generations a statement saw: a matrix of another generation is dropped (read
         again at its next use), and that search counts as a fallback."""
@@ -167,7 +199,7 @@ class PgVectorCache:
         return [m for m in found if m is not None]
 
     async def _load(
-        self, conn: Conn, scope: list[int], identity: EmbeddingIdentity, exact_scan_limit: int
+        self, conn: Reader, scope: list[int], identity: EmbeddingIdentity, exact_scan_limit: int
     ) -> list[_Matrix] | None:
         """The scope's matrices, the missing ones read; reading no vector, None when the
         scope cannot be held at once (or holds a project too large to read at once) and
@@ -200,7 +232,7 @@ class PgVectorCache:
         return matrices
 
     async def _read(
-        self, conn: Conn, project_id: int, identity: EmbeddingIdentity
+        self, conn: Reader, project_id: int, identity: EmbeddingIdentity
     ) -> _Matrix | None:
         row = await conn.fetchrow(SELECT_PROJECT, project_id, identity.model, identity.dimensions)
         assert row is not None  # an aggregate always returns its row
