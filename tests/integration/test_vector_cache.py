@@ -21,6 +21,7 @@ import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Mode, SearchPage
+from service.store.postgres import vector_cache as pg_vector_cache
 from tests.integration.conftest import Backend, Corpus, Doc
 from tests.support.pg import fresh_database
 
@@ -225,8 +226,9 @@ async def test_deleting_the_nearest_documents_leaves_no_hole(
 
 
 async def test_scopes_past_the_budget_are_left_to_the_index(
-    backend: Backend, embedder: DeterministicEmbedder
+    backend: Backend, embedder: DeterministicEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(pg_vector_cache, "COLD_SECONDS", 0.0)  # PostgreSQL: evict at once
     # Room for one project's vectors (12 chunks of 384 float32 and their keys), not two.
     budget = 12 * row_bytes(backend) + 100
     store = await backend.open(embedder.identity, vector_cache_bytes=budget)
@@ -262,11 +264,12 @@ async def test_scopes_past_the_budget_are_left_to_the_index(
 
 
 async def test_concurrent_searches_share_a_cache_that_keeps_evicting(
-    backend: Backend, embedder: DeterministicEmbedder
+    backend: Backend, embedder: DeterministicEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Many searches at once (SQLite: on the reader threads), over scopes that do not all
     fit: each page is still the exact one (loads and evictions race, nothing is lost or
     mixed up)."""
+    monkeypatch.setattr(pg_vector_cache, "COLD_SECONDS", 0.0)  # PostgreSQL: evict at once
     per_project = 40 * row_bytes(backend)
     store = await backend.open(embedder.identity, vector_cache_bytes=3 * per_project)
     plain = await backend.open(embedder.identity, vector_cache_bytes=0)
@@ -381,6 +384,43 @@ async def test_a_project_too_large_to_read_at_once_is_left_to_hnsw(
                 held = store.stats().vector_cache
                 assert held is not None
                 assert (held.loads, held.fallbacks) == (loads, fallbacks)
+        finally:
+            await plain.close()
+            await store.close()
+
+
+@pytest.mark.postgres
+async def test_a_working_set_past_the_budget_does_not_evict_what_is_in_use(
+    pg_dsn: str, embedder: DeterministicEmbedder
+) -> None:
+    """PostgreSQL: room for one project, two scopes taking turns. The second scope does not
+    evict the first one's matrix, used moments ago (COLD_SECONDS): HNSW answers it, and
+    nothing is read again at every search."""
+    from service.store.postgres import PostgresStore
+
+    async with fresh_database(pg_dsn) as dsn:
+        store = PostgresStore(dsn, embedder.identity, vector_cache_bytes=12 * (384 * 4 + 64))
+        plain = PostgresStore(dsn, embedder.identity, vector_cache_bytes=0)
+        await store.open()
+        await plain.open()
+        try:
+            corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
+            projects = [p.project_id for p in await corpus.projects(2)]
+            for project in projects:
+                reference.owners[project] = corpus.tenant
+                await corpus.write(
+                    project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)]
+                )
+            for _ in range(3):
+                for scope in ([projects[0]], [projects[1]]):
+                    knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
+                                            exact_scan_limit=0)
+                    hnsw = await reference.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
+                                                exact_scan_limit=0)
+                    assert _key(await store.search(knn)) == _key(await plain.search(hnsw))
+            held = store.stats().vector_cache
+            assert held is not None
+            assert (held.loads, held.evictions, held.fallbacks) == (1, 0, 3)
         finally:
             await plain.close()
             await store.close()
