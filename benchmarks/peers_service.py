@@ -157,46 +157,41 @@ class SqliteStatement:
 
 
 class PostgresStatement:
-    """`service.store.postgres.search.build(plan, candidates)` numbered and run on an asyncpg
-    connection with the pool's session settings and codecs; the vector cache's candidates
-    (service.store.postgres.vector_cache, the store's budget) are computed inside the
-    timing, as the store does before its statement."""
+    """`service.store.postgres.search.run_search(conn, plan, timeout, cache)` on an asyncpg
+    connection with the pool's session settings and codecs: the vector cache's candidates
+    (service.store.postgres.vector_cache, the store's budget), then the statement, timed
+    together with turning the rows into a page, as the store runs them (without its pool and
+    turns)."""
 
     description = (
-        "service.store.postgres.search.build() + search_sql.numbered(), "
-        "conn.fetch on an asyncpg connection with the pool's settings; the vector cache's "
-        "candidates computed inside the timing"
+        "service.store.postgres.search.run_search() (the vector cache's candidates, then the "
+        "statement) on an asyncpg connection with the pool's settings"
     )
 
-    def __init__(self, conn: asyncpg.Connection, modules: tuple[Any, Any, Any]) -> None:
+    def __init__(self, conn: asyncpg.Connection, search: Any, pooled: Any, cache: Any) -> None:
         self._conn = conn
-        self._search, self._sql, cache = modules
-        self._cache = cache
+        self._search, self._pooled, self._cache = search, pooled, cache
 
     @classmethod
     async def open(cls, dsn: str, cache_bytes: int) -> PostgresStatement:
         """Connect as the service's pool does."""
-        from service.store.postgres import search, search_sql
-        from service.store.postgres.pool import PoolSettings, init_connection, server_settings
+        from service.store.postgres import search
+        from service.store.postgres.pool import (
+            Conn,
+            PoolSettings,
+            init_connection,
+            server_settings,
+        )
         from service.store.postgres.vector_cache import PgVectorCache
 
         conn = await asyncpg.connect(dsn, server_settings=server_settings(PoolSettings()))
         await init_connection(conn)
-        return cls(conn, (search, search_sql, PgVectorCache(cache_bytes)))
+        return cls(conn, search, Conn(conn, ()), PgVectorCache(cache_bytes))
 
     async def run(self, plan: SearchPlan) -> float:
-        """Execute and fetch every row."""
+        """The store's run_search on this connection: candidates, then the statement."""
         started = time.perf_counter()
-        candidates = None
-        if plan.mode is not Mode.FTS and plan.identity is not None and plan.query_vector:
-            candidates = await self._cache.candidates(
-                self._conn, plan.project_ids, plan.identity, plan.query_vector,
-                self._search.knn_k(plan.offset + plan.limit + 1, False, self._search.KNN_MAX_K),
-                plan.exact_scan_limit,
-            )
-        sql, bindings = self._search.build(plan, candidates)
-        text, args = self._sql.numbered(sql, bindings)
-        await self._conn.fetch(text, *args, timeout=plan.timeout)
+        await self._search.run_search(self._pooled, plan, plan.timeout, self._cache)
         return time.perf_counter() - started
 
     async def close(self) -> None:

@@ -225,6 +225,23 @@ async def test_deleting_the_nearest_documents_leaves_no_hole(
     assert _key(page) == _key(await plain.store.search(exact))
 
 
+async def _comet_projects(corpus: Corpus, reference: Corpus, counts: list[int]) -> list[int]:
+    """One project per count, each of that many one-chunk "comet" notes, known to both."""
+    projects = [p.project_id for p in await corpus.projects(len(counts))]
+    for project, count in zip(projects, counts, strict=True):
+        reference.owners[project] = corpus.tenant
+        await corpus.write(project, [Doc("note", str(i), f"comet {i} orbit") for i in range(count)])
+    return projects
+
+
+async def _agrees_with_the_index(corpus: Corpus, reference: Corpus, scope: list[int]) -> None:
+    """The cached store's KNN page over `scope` is the one its index gives (the reference
+    store has no cache)."""
+    knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0)
+    index = await reference.plan(scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0)
+    assert _key(await corpus.store.search(knn)) == _key(await reference.store.search(index))
+
+
 async def test_scopes_past_the_budget_are_left_to_the_index(
     backend: Backend, embedder: DeterministicEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,19 +252,10 @@ async def test_scopes_past_the_budget_are_left_to_the_index(
     plain = await backend.open(embedder.identity, vector_cache_bytes=0)
     try:
         corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
-        projects = [p.project_id for p in await corpus.projects(2)]
-        for project in projects:
-            reference.owners[project] = corpus.tenant
-            await corpus.write(
-                project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)]
-            )
+        projects = await _comet_projects(corpus, reference, [12, 12])
         loads = []
         for scope in (projects[:1], projects, projects[1:]):
-            knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0)
-            vec0 = await reference.plan(
-                scope, Mode.VECTOR, "comet orbit", limit=5, exact_scan_limit=0
-            )
-            assert _key(await store.search(knn)) == _key(await plain.search(vec0))
+            await _agrees_with_the_index(corpus, reference, scope)
             held = store.stats().vector_cache
             assert held is not None
             assert held.bytes <= budget
@@ -369,18 +377,9 @@ async def test_a_project_too_large_to_read_at_once_is_left_to_hnsw(
         await plain.open()
         try:
             corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
-            small, large = [p.project_id for p in await corpus.projects(2)]
-            for project, count in ((small, 11), (large, 12)):
-                reference.owners[project] = corpus.tenant
-                await corpus.write(
-                    project, [Doc("note", str(i), f"comet {i} orbit") for i in range(count)]
-                )
+            small, large = await _comet_projects(corpus, reference, [11, 12])
             for scope, loads, fallbacks in (([small], 1, 0), ([small, large], 1, 1)):
-                knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
-                                        exact_scan_limit=0)
-                hnsw = await reference.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
-                                            exact_scan_limit=0)
-                assert _key(await store.search(knn)) == _key(await plain.search(hnsw))
+                await _agrees_with_the_index(corpus, reference, scope)
                 held = store.stats().vector_cache
                 assert held is not None
                 assert (held.loads, held.fallbacks) == (loads, fallbacks)
@@ -405,19 +404,10 @@ async def test_a_working_set_past_the_budget_does_not_evict_what_is_in_use(
         await plain.open()
         try:
             corpus, reference = Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
-            projects = [p.project_id for p in await corpus.projects(2)]
-            for project in projects:
-                reference.owners[project] = corpus.tenant
-                await corpus.write(
-                    project, [Doc("note", str(i), f"comet {i} orbit") for i in range(12)]
-                )
+            projects = await _comet_projects(corpus, reference, [12, 12])
             for _ in range(3):
                 for scope in ([projects[0]], [projects[1]]):
-                    knn = await corpus.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
-                                            exact_scan_limit=0)
-                    hnsw = await reference.plan(scope, Mode.VECTOR, "comet orbit", limit=5,
-                                                exact_scan_limit=0)
-                    assert _key(await store.search(knn)) == _key(await plain.search(hnsw))
+                    await _agrees_with_the_index(corpus, reference, scope)
             held = store.stats().vector_cache
             assert held is not None
             assert (held.loads, held.evictions, held.fallbacks) == (1, 0, 3)

@@ -22,8 +22,6 @@ again by the next search. Bounded: projects are evicted least recently used past
 from __future__ import annotations
 
 import asyncio
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,7 +31,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.nearest import nearest_positions
+from service.store.matrices import MatrixLru, nearest_positions, normalised
 
 # Every project's chunks, for the start-up read (which reads all of them or none).
 SELECT_ALL_SIZES = "SELECT project_id, chunks FROM lexical_stats ORDER BY project_id"
@@ -109,16 +107,13 @@ class PgVectorCache:
     """Per-project matrices of one store, used from its event loop."""
 
     def __init__(self, budget_bytes: int) -> None:
-        self._budget = max(0, int(budget_bytes))
-        self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
-        self._bytes = 0
-        self._loads = self._evictions = self._fallbacks = 0
+        self._lru: MatrixLru[_Matrix] = MatrixLru(budget_bytes)
+        self._fallbacks = 0
         self._loading = asyncio.Lock()
-        self._used: dict[int, float] = {}  # project -> when its matrix was last used
 
     @property
     def enabled(self) -> bool:
-        return self._budget > 0
+        return self._lru.budget > 0
 
     async def candidates(
         self,
@@ -162,7 +157,7 @@ class PgVectorCache:
         rows = await conn.fetch(SELECT_ALL_SIZES)
         floats = int(identity.dimensions) * 4
         needed = sum(int(r["chunks"]) for r in rows) * (floats + ROW_OVERHEAD)
-        if not rows or needed > self._budget or any(
+        if not rows or needed > self._lru.budget or any(
             int(r["chunks"]) * floats > MAX_PROJECT_BYTES for r in rows
         ):
             return 0
@@ -170,7 +165,7 @@ class PgVectorCache:
         for row in rows:  # one project at a time: a search may load between two
             project_id = int(row["project_id"])
             async with self._loading:
-                if project_id in self._matrices:
+                if self._lru.get(project_id) is not None:
                     continue
                 if await self._read(conn, project_id, identity) is None:
                     break
@@ -182,29 +177,26 @@ class PgVectorCache:
         again at its next use), and that search counts as a fallback."""
         moved = False
         for project_id, generation in zip(project_ids, generations, strict=True):
-            found = self._matrices.get(project_id)
+            found = self._lru.get(project_id)
             if found is not None and found.generation != generation:
                 moved = True
-                del self._matrices[project_id]
-                self._bytes -= found.nbytes
+                self._lru.drop(project_id)
         if moved:
             self._fallbacks += 1
 
     def stats(self) -> VectorCacheStats:
         """What the metrics endpoint shows."""
         return VectorCacheStats(
-            len(self._matrices), self._bytes, self._budget, self._loads, self._evictions,
-            self._fallbacks,
+            len(self._lru), self._lru.bytes, self._lru.budget, self._lru.loads,
+            self._lru.evictions, self._fallbacks,
         )
 
     def _held(self, scope: list[int], identity: EmbeddingIdentity) -> list[_Matrix] | None:
-        found = [self._matrices.get(p) for p in scope]
+        found = [self._lru.get(p) for p in scope]
         if any(m is None or m.identity != identity for m in found):
             return None
-        now = time.monotonic()
         for project_id in scope:
-            self._matrices.move_to_end(project_id)
-            self._used[project_id] = now
+            self._lru.use(project_id)
         return [m for m in found if m is not None]
 
     async def _load(
@@ -222,27 +214,23 @@ class PgVectorCache:
             return None
         needed = 0
         for row in sizes:
-            held = self._matrices.get(int(row["project_id"]))
+            held = self._lru.get(int(row["project_id"]))
             if held is not None and (held.generation, held.identity) == (row["vgen"], identity):
                 needed += held.nbytes
             else:
                 needed += int(row["chunks"]) * row_bytes
-        if needed > self._budget or not self._room_for(scope, identity, sizes, row_bytes):
+        if needed > self._lru.budget or not self._room_for(scope, identity, sizes, row_bytes):
             return None
-        now = time.monotonic()
         for project_id in scope:  # held members first out of the eviction order's way
-            if project_id in self._matrices:
-                self._matrices.move_to_end(project_id)
-                self._used[project_id] = now
+            self._lru.use(project_id)
         matrices = []
         for project_id in scope:
-            held = self._matrices.get(project_id)
+            held = self._lru.get(project_id)
             if held is None or held.identity != identity:
                 held = await self._read(conn, project_id, identity)
                 if held is None:
                     return None
-            self._matrices.move_to_end(project_id)
-            self._used[project_id] = now
+            self._lru.use(project_id)
             matrices.append(held)
         return matrices
 
@@ -253,16 +241,11 @@ class PgVectorCache:
         matrices outside the scope not used for COLD_SECONDS."""
         missing = sum(
             int(row["chunks"]) * row_bytes for row in sizes
-            if (held := self._matrices.get(int(row["project_id"]))) is None
+            if (held := self._lru.get(int(row["project_id"]))) is None
             or held.identity != identity
         )
-        members = set(scope)
-        cold_before = time.monotonic() - COLD_SECONDS
-        evictable = sum(
-            m.nbytes for p, m in self._matrices.items()
-            if p not in members and self._used.get(p, 0.0) <= cold_before
-        )
-        return missing <= self._budget - self._bytes + evictable
+        free = self._lru.budget - self._lru.bytes
+        return missing <= free + self._lru.cold_bytes(scope, COLD_SECONDS)
 
     async def _read(
         self, conn: Reader, project_id: int, identity: EmbeddingIdentity
@@ -272,25 +255,10 @@ class PgVectorCache:
         dims = int(identity.dimensions)
         kinds, row_ids = list(row["kinds"]), list(row["row_ids"])
         rows = np.frombuffer(row["vectors"], dtype=">f4").astype(np.float32)
-        rows = rows.reshape(len(kinds), dims)
-        norms = np.linalg.norm(rows, axis=1, keepdims=True)
-        np.divide(rows, norms, out=rows, where=norms > 0)
         loaded = _Matrix(int(row["vgen"] or 0), identity, kinds, row_ids,
-                         [int(i) for i in row["chunk_indexes"]], rows)
-        self._loads += 1
-        previous = self._matrices.pop(project_id, None)
-        if previous is not None:
-            self._bytes -= previous.nbytes
-        if loaded.nbytes > self._budget:
-            return None
-        while self._matrices and self._bytes + loaded.nbytes > self._budget:
-            gone, evicted = self._matrices.popitem(last=False)
-            self._used.pop(gone, None)
-            self._bytes -= evicted.nbytes
-            self._evictions += 1
-        self._matrices[project_id] = loaded
-        self._bytes += loaded.nbytes
-        return loaded
+                         [int(i) for i in row["chunk_indexes"]],
+                         normalised(rows.reshape(len(kinds), dims)))
+        return loaded if self._lru.put(project_id, loaded) else None
 
 
 def _nearest(matrices: list[_Matrix], probe: NDArray[np.float32], k: int) -> NDArray[np.intp]:

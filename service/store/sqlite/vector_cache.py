@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -34,7 +33,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.nearest import nearest_positions
+from service.store.matrices import MatrixLru, nearest_positions, normalised
 
 SELECT_GENERATIONS = """
 SELECT project_id, gen FROM vector_generations
@@ -69,15 +68,13 @@ class VectorCache:
     """Per-project matrices shared by the reader threads of one store."""
 
     def __init__(self, budget_bytes: int) -> None:
-        self._budget = max(0, int(budget_bytes))
+        self._lru: MatrixLru[_Matrix] = MatrixLru(budget_bytes)
         self._lock = threading.Lock()
-        self._matrices: OrderedDict[int, _Matrix] = OrderedDict()
-        self._bytes = 0
-        self._loads = self._evictions = self._fallbacks = 0
+        self._fallbacks = 0
 
     @property
     def enabled(self) -> bool:
-        return self._budget > 0
+        return self._lru.budget > 0
 
     def scope_count(
         self, conn: apsw.Connection, project_ids: Sequence[int], identity: EmbeddingIdentity
@@ -126,11 +123,11 @@ class VectorCache:
         held: dict[int, _Matrix] = {}
         with self._lock:
             for project_id in scope:
-                found = self._matrices.get(project_id)
+                found = self._lru.get(project_id)
                 current = (generations.get(project_id, 0), identity)
                 if found is not None and (found.generation, found.identity) == current:
                     held[project_id] = found
-                    self._matrices.move_to_end(project_id)
+                    self._lru.use(project_id)
         row_bytes = int(identity.dimensions) * 4 + 8
         needed = sum(m.nbytes for m in held.values())
         for project_id in scope:
@@ -139,7 +136,7 @@ class VectorCache:
                     COUNT_PROJECT_VECTORS, (project_id, identity.model, identity.dimensions)
                 ).fetchall()[0]
                 needed += int(cast(int, row[0])) * row_bytes
-        if needed > self._budget:
+        if needed > self._lru.budget:
             if for_knn:  # one fallback per search: the one whose candidates vec0 gives
                 with self._lock:
                     self._fallbacks += 1
@@ -160,19 +157,7 @@ class VectorCache:
         """Read one project's matrix and hold it, evicting least recently used ones."""
         loaded = _load(conn, project_id, generation, identity)
         with self._lock:
-            self._loads += 1
-            previous = self._matrices.pop(project_id, None)
-            if previous is not None:
-                self._bytes -= previous.nbytes
-            if loaded.nbytes > self._budget:
-                return None
-            while self._matrices and self._bytes + loaded.nbytes > self._budget:
-                _, evicted = self._matrices.popitem(last=False)
-                self._bytes -= evicted.nbytes
-                self._evictions += 1
-            self._matrices[project_id] = loaded
-            self._bytes += loaded.nbytes
-        return loaded
+            return loaded if self._lru.put(project_id, loaded) else None
 
     def warm(self, conn: apsw.Connection, identity: EmbeddingIdentity) -> int:
         """Read every project's matrix when all of them fit the budget (a restarted server
@@ -191,11 +176,11 @@ class VectorCache:
         """What the metrics endpoint shows."""
         with self._lock:
             return VectorCacheStats(
-                len(self._matrices),
-                self._bytes,
-                self._budget,
-                self._loads,
-                self._evictions,
+                len(self._lru),
+                self._lru.bytes,
+                self._lru.budget,
+                self._lru.loads,
+                self._lru.evictions,
                 self._fallbacks,
             )
 
@@ -215,9 +200,7 @@ def _load(
     ]
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-    matrix = matrix.reshape(len(rows), dims).copy()
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    np.divide(matrix, norms, out=matrix, where=norms > 0)
+    matrix = normalised(matrix.reshape(len(rows), dims).copy())
     return _Matrix(generation, identity, ids, matrix)
 
 

@@ -1,0 +1,102 @@
+"""What both stores' vector caches share: per-project matrices held least recently used
+within a byte budget, row normalisation, and the k nearest rows with ties kept."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
+
+
+def nearest_positions(
+    distances: NDArray[np.float32], tiebreak: NDArray[np.int64], k: int
+) -> NDArray[np.intp]:
+    """Positions of the k smallest distances and of every one tied with the k-th (the page
+    breaks ties by document identity, which only the statement knows), nearest first, equal
+    distances by `tiebreak`; at most TIES_MAX in all."""
+    if k <= 0 or not len(distances):
+        return np.empty(0, dtype=np.intp)
+    if len(distances) > k:
+        kth = distances[np.argpartition(distances, k - 1)[k - 1]]
+        keep = np.flatnonzero(distances <= kth)
+        if len(keep) > TIES_MAX:
+            keep = keep[np.argpartition(distances[keep], TIES_MAX - 1)[:TIES_MAX]]
+    else:
+        keep = np.arange(len(distances))
+    return keep[np.lexsort((tiebreak[keep], distances[keep]))]
+
+
+def normalised(rows: NDArray[np.float32]) -> NDArray[np.float32]:
+    """`rows` (a writable float32 matrix) with each non-zero row scaled to length 1, in place."""
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    np.divide(rows, norms, out=rows, where=norms > 0)
+    return rows
+
+
+class Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+M = TypeVar("M", bound=Sized)
+
+
+class MatrixLru(Generic[M]):
+    """Matrices by project within `budget` bytes, least recently used out first. Not
+    synchronised: a cache shared by threads calls it under its own lock."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = max(0, int(budget))
+        self.bytes = 0
+        self.loads = self.evictions = 0
+        self._items: OrderedDict[int, M] = OrderedDict()
+        self._used: dict[int, float] = {}  # project -> monotonic time of its last use
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, project_id: int) -> M | None:
+        """The project's matrix, without counting it as used."""
+        return self._items.get(project_id)
+
+    def use(self, project_id: int) -> None:
+        """The project's matrix was just used: last out."""
+        if project_id in self._items:
+            self._items.move_to_end(project_id)
+            self._used[project_id] = time.monotonic()
+
+    def drop(self, project_id: int) -> None:
+        """Forget the project's matrix (it moved on)."""
+        found = self._items.pop(project_id, None)
+        self._used.pop(project_id, None)
+        if found is not None:
+            self.bytes -= found.nbytes
+
+    def put(self, project_id: int, matrix: M) -> bool:
+        """Hold a matrix just read (counted as a load and as used), evicting the least
+        recently used ones to make room; False when it alone exceeds the budget."""
+        self.loads += 1
+        self.drop(project_id)
+        if matrix.nbytes > self.budget:
+            return False
+        while self._items and self.bytes + matrix.nbytes > self.budget:
+            gone, evicted = self._items.popitem(last=False)
+            self._used.pop(gone, None)
+            self.bytes -= evicted.nbytes
+            self.evictions += 1
+        self._items[project_id] = matrix
+        self.bytes += matrix.nbytes
+        self._used[project_id] = time.monotonic()
+        return True
+
+    def cold_bytes(self, keep: Iterable[int], idle_seconds: float) -> int:
+        """Bytes of the matrices outside `keep` not used for `idle_seconds`."""
+        kept, before = set(keep), time.monotonic() - idle_seconds
+        return sum(m.nbytes for p, m in self._items.items()
+                   if p not in kept and self._used.get(p, 0.0) <= before)
