@@ -37,3 +37,12 @@ def test_the_same_message_alone_is_not_a_lost_connection() -> None:
 def test_a_missing_socket_file_is_a_lost_connection() -> None:
     assert isinstance(translate(FileNotFoundError(2, "No such file or directory")),
                       errors.Unavailable)
+
+
+def test_a_connection_the_pool_detached_mid_turn_is_a_lost_connection() -> None:
+    # Seen when PostgreSQL stopped between two statements of one search (the vector cache's
+    # size read after the pool detached the connection the server had closed).
+    detached = asyncpg.InterfaceError(
+        "cannot call Connection.fetch(): connection has been released back to the pool")
+    assert is_connection_lost(detached)
+    assert isinstance(translate(detached), errors.Unavailable)

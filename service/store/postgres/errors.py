@@ -23,7 +23,13 @@ _RETRYABLE_SQLSTATES = frozenset(
 QUERY_CANCELED = "57014"
 UNIQUE_VIOLATION = "23505"
 FOREIGN_KEY_VIOLATION = "23503"
-_CLOSED_MARKERS = ("closed", "closing", "not connected", "connection was lost")
+# "released back to the pool": asyncpg detaches a pooled connection's proxy when the server
+# closes the connection under it, so the next statement of the same turn fails with this
+# message (the service never uses a connection after handing it back: that is the pool's
+# own doing when the server went away).
+_CLOSED_MARKERS = (
+    "closed", "closing", "not connected", "connection was lost", "released back to the pool"
+)
 
 
 def is_connection_lost(exc: BaseException) -> bool:
