@@ -213,22 +213,22 @@ def fuse(lists: Sequence[Sequence[str]], k: int = DEFAULT_K) -> list[Fused]:
 
 def best_keys(candidates: Mapping[str, Sequence[Contribution]], limit: int) -> list[str]:
     """The `limit` best keys by current score (best effort when lists are incomplete)."""
-    return [item.key for item in rank(candidates)[: max(0, limit)]]
+    return [key for _, key, _ in _leading_ranked(candidates, max(0, limit))]
 
 
 def _bound_value(
-    score: _Sum, contributions: Sequence[Contribution], open_terms: Mapping[int, float],
+    score: float, contributions: Sequence[Contribution], open_terms: Mapping[int, float],
     open_total: float,
 ) -> float:
     """The float of `_bound`: the key's score plus the open terms it lacks (all open terms
     minus those of lists it has), a few operations instead of a pass over every open list."""
     if len(contributions) == 1:  # most keys were seen in one list: no sum over the lists it has
-        return score.value + open_total - open_terms.get(contributions[0].list_index, 0.0)
+        return score + open_total - open_terms.get(contributions[0].list_index, 0.0)
     seen = {c.list_index for c in contributions}
     if len(seen) == 1:
         (only,) = seen
-        return score.value + open_total - open_terms.get(only, 0.0)
-    return score.value + open_total - math.fsum(open_terms[i] for i in seen if i in open_terms)
+        return score + open_total - open_terms.get(only, 0.0)
+    return score + open_total - math.fsum(open_terms[i] for i in seen if i in open_terms)
 
 
 def _bound(
@@ -264,6 +264,31 @@ def _leading(values: Sequence[float], count: int) -> list[int]:
     return [index for index, value in enumerate(values) if value >= cutoff]
 
 
+def _float_sum(votes: Sequence[Contribution]) -> float:
+    """The float `_Sum.of` gives for a key's votes (most keys have one)."""
+    return votes[0].score if len(votes) == 1 else total(sorted(c.score for c in votes))
+
+
+def _leading_ranked(
+    candidates: Mapping[str, Sequence[Contribution]], count: int
+) -> list[tuple[_Sum, str, Sequence[Contribution]]]:
+    """The first `count` items of `_ranked(candidates)` (or all, when fewer), in that order.
+
+    Scores as floats first: only keys within `_CLOSE` of the `count`-th best float can be
+    among the first `count`, so only those get a `_Sum` and an exact order (a search's
+    candidates are hundreds; a page takes ten).
+    """
+    if count <= 0:
+        return []
+    keys = list(candidates)
+    values = [_float_sum(candidates[key]) for key in keys]
+    leading = _leading(values, count)
+    ranked = _order([
+        (_Sum.of(c.score for c in candidates[keys[i]]), keys[i]) for i in leading
+    ])
+    return [(value, key, candidates[key]) for value, key in ranked[:count]]
+
+
 def ready_keys(
     candidates: Mapping[str, Sequence[Contribution]],
     open_terms: Mapping[int, float],
@@ -276,17 +301,26 @@ def ready_keys(
     score an item it has not shown yet can get from it. A key is ready when its score beats
     the bound of every other candidate and of any unseen key. Stops at the first key that is
     not ready, so the answer is always a prefix of the true order.
+
+    Only the first `limit` keys of the order can be ready, and each needs the best bound
+    among the others minus those taken before it (at most `limit - 1`): so the order is made
+    for the leading `limit` keys and the bounds for the leading `limit + 2` (both by float
+    first, exactly where floats are too close to tell).
     """
-    ordered = _ranked(candidates)
+    if limit <= 0:
+        return []
+    ordered = _leading_ranked(candidates, limit)
     unseen = _Sum.of(open_terms.values())
     if open_terms:
         # Bounds as floats first: only the leading few need a (lazy) exact sum.
-        values = [_bound_value(value, votes, open_terms, unseen.value)
-                  for value, _, votes in ordered]
-        bounds = _order([(_bound(values[i], ordered[i][2], open_terms), ordered[i][1])
+        keys = list(candidates)
+        values = [_bound_value(_float_sum(candidates[key]), candidates[key], open_terms,
+                               unseen.value) for key in keys]
+        bounds = _order([(_bound(values[i], candidates[keys[i]], open_terms), keys[i])
                          for i in _leading(values, limit + 2)])
     else:
-        bounds = [(value, key) for value, key, _ in ordered]  # nothing open: bound = score
+        # Nothing open: a key's bound is its score.
+        bounds = [(value, key) for value, key, _ in _leading_ranked(candidates, limit + 2)]
     taken: set[str] = set()
     ready: list[str] = []
     for score, key, _ in ordered:

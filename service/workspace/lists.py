@@ -6,7 +6,7 @@ import asyncio
 import functools
 import hashlib
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
@@ -309,22 +309,30 @@ class Fusion:
         self.k = k
         self.emitted: dict[str, None] = dict.fromkeys(emitted)  # short ids, in emission order
         self._votes: dict[str, list[rrf.Contribution]] = {}
+        self._pending: dict[str, list[rrf.Contribution]] = {}  # the keys not emitted yet
         self._docs: dict[str, dict[int, NativeDocument]] = {}
         self._short: dict[str, str] = {}
 
     def add(self, list_index: int, votes: Sequence[Vote]) -> None:
         """Add one list's new votes."""
+        k = self.k
         for vote in votes:
-            term = rrf.term(vote.rank, self.k)
-            self._votes.setdefault(vote.key, []).append(
-                rrf.Contribution(list_index, vote.rank, term)
-            )
-            self._docs.setdefault(vote.key, {})[list_index] = vote.doc
-            self._short[vote.key] = vote.short
+            contribution = rrf.Contribution(list_index, vote.rank, rrf.term(vote.rank, k))
+            known = self._votes.get(vote.key)
+            if known is None:
+                known = self._votes[vote.key] = [contribution]
+                self._docs[vote.key] = {list_index: vote.doc}
+                self._short[vote.key] = vote.short
+                if vote.short not in self.emitted:
+                    self._pending[vote.key] = known
+            else:
+                known.append(contribution)
+                self._docs[vote.key][list_index] = vote.doc
 
-    def candidates(self) -> dict[str, list[rrf.Contribution]]:
-        """Fused results seen but not yet emitted, with their votes."""
-        return {k: v for k, v in self._votes.items() if self._short[k] not in self.emitted}
+    def candidates(self) -> Mapping[str, list[rrf.Contribution]]:
+        """Fused results seen but not yet emitted, with their votes (kept current, not a
+        copy: read it, never change it)."""
+        return self._pending
 
     def best(self, key: str) -> tuple[int, NativeDocument]:
         """The list whose document represents a result (its best rank), and that document."""
@@ -338,6 +346,7 @@ class Fusion:
     def take(self, key: str) -> tuple[list[rrf.Contribution], NativeDocument, int]:
         """Mark a result emitted; its votes, best document and the list of that document."""
         self.emitted[self._short[key]] = None
+        del self._pending[key]
         votes = sorted(self._votes[key])
         best = min(votes, key=lambda c: (c.rank, c.list_index))
         return votes, self._docs[key][best.list_index], best.list_index

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from fractions import Fraction
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -142,3 +143,50 @@ def test_equal_sums_of_different_terms_tie_on_the_key() -> None:
     flipped = [[key.replace("x", "z") for key in keys_] for keys_ in lists]  # z sorts after y
     keys = [item.key for item in rrf.fuse(flipped, 0)]
     assert keys.index("y") + 1 == keys.index("z")
+
+
+def _ready_keys_over_every_candidate(
+    candidates: dict[str, list[rrf.Contribution]], open_terms: dict[int, float], limit: int,
+    k: int,
+) -> list[str]:
+    """The threshold rule written out over the whole fused order, in exact fractions: a key
+    is ready when it beats the bound of every other candidate not taken before it and of
+    any unseen key (the definition ready_keys computes over the leading keys only)."""
+    open_exact = {i: Fraction(1, round(1 / t)) for i, t in open_terms.items()}
+
+    def score(key: str) -> Fraction:
+        return sum((Fraction(1, k + c.rank) for c in candidates[key]), Fraction(0))
+
+    def bound(key: str) -> Fraction:
+        has = {c.list_index for c in candidates[key]}
+        return score(key) + sum((t for i, t in open_exact.items() if i not in has), Fraction(0))
+
+    order = sorted(candidates, key=lambda key: (-score(key), key))
+    unseen = sum(open_exact.values(), Fraction(0))
+    ready: list[str] = []
+    for key in order[:limit]:
+        if open_terms and score(key) <= unseen:
+            break
+        rivals = [other for other in order if other != key and other not in ready]
+        if any(bound(r) > score(key) or (bound(r) == score(key) and r < key) for r in rivals):
+            break
+        ready.append(key)
+    return ready
+
+
+@settings(max_examples=300)
+@given(LISTS, st.lists(st.integers(0, 5), max_size=6), st.integers(0, 8),
+       st.sampled_from([0, 1, 60]))
+def test_ready_keys_is_the_rule_over_every_candidate(
+    lists: list[list[str]], prefix: list[int], limit: int, k: int
+) -> None:
+    """Computed over the leading keys only, the answer is the rule's over all of them; and
+    best_keys is the head of the fused order."""
+    wanted = (prefix + [0] * len(lists))[: len(lists)]
+    fetched = [min(len(keys), n) for keys, n in zip(lists, wanted, strict=True)]
+    prefixes = [keys[:n] for keys, n in zip(lists, fetched, strict=True)]
+    candidates = rrf.collect(prefixes, k)
+    open_terms = {i: rrf.term(n + 1, k) for i, n in enumerate(fetched) if n < len(lists[i])}
+    assert rrf.ready_keys(candidates, open_terms, limit) == _ready_keys_over_every_candidate(
+        candidates, open_terms, limit, k)
+    assert rrf.best_keys(candidates, limit) == [f.key for f in rrf.rank(candidates)[:limit]]
