@@ -264,6 +264,8 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
     data["cpu_ms_per_search_in_page"] = in_page_cpu
     data["http_requests_per_search"] = {
         name: count / max(1, searches) for name, count in requests.items()}
+    log(f"fanout: searches/s per server core {1000 / max(1e-9, cpu['server']):.1f} streamed, "
+        f"{1000 / max(1e-9, in_page_cpu['server']):.1f} IN_PAGE")
     log(f"fanout: CPU ms per sequential search {_fmt(cpu)}; busy "
         + "; ".join(f"{row[0]} callers {_fmt(row[4])}" for row in busy_rows)
         + f"; HTTP requests per search {sum(requests.values()) / max(1, searches):.1f}")
@@ -317,5 +319,7 @@ def _rows(full: Outcome, full_server: list[float], fusion: float, alone: dict[st
         "searches_per_s": best,
         "rows": rows,
         "throughput_sweep": sweep,
-        "targets": {"p50_minus_slowest_ms": 10.0, "searches_per_s": 300.0},
+        # Issue 14 retired the 300 searches/s on two cores: searches/s per server core is
+        # reported instead (the report computes it from the server CPU per search).
+        "targets": {"p50_minus_slowest_ms": 10.0},
     }

@@ -201,17 +201,26 @@ def _fanout_cpu(data: Any) -> list[str]:
         return []
     names = sorted({name for row in sweep for name in row.get("cpu_ms_per_search", {})})
     sequential = data.get("cpu_ms_per_search", {})
+
+    def per_core(cpu: dict[str, float]) -> str:
+        """Searches one fully busy server core would serve: 1000 / server CPU ms."""
+        server = cpu.get("server")
+        return fmt(1000.0 / server, 1) if server else "-"
+
     rows = [["1 (one call at a time)", "-", "-",
-             *(fmt(sequential.get(n), 1) for n in names)]]
+             *(fmt(sequential.get(n), 1) for n in names), per_core(sequential)]]
     in_page = data.get("cpu_ms_per_search_in_page")
     if in_page:
         rows.append(["1, statuses in the page", "-", "-",
-                     *(fmt(in_page.get(n), 1) for n in names)])
+                     *(fmt(in_page.get(n), 1) for n in names), per_core(in_page)])
     rows += [[fmt(row["concurrency"]), fmt(row["searches_per_s"], 1), _triple(row["client"]),
-              *(fmt(row["cpu_ms_per_search"].get(n), 1) for n in names)] for row in sweep]
-    return ["Throughput by concurrent callers, and CPU milliseconds per search by process:",
+              *(fmt(row["cpu_ms_per_search"].get(n), 1) for n in names),
+              per_core(row["cpu_ms_per_search"])] for row in sweep]
+    return ["Throughput by concurrent callers, CPU milliseconds per search by process, and "
+            "searches/s per server core (1000 / server CPU ms: what one core of the service "
+            "serves, whatever else shares the machine):",
             table(["callers", "searches/s", "client p50 / p95 / p99 ms",
-                   *(f"{n} CPU ms" for n in names)], rows)]
+                   *(f"{n} CPU ms" for n in names), "searches/s per server core"], rows)]
 
 
 def _render_scaleout(data: Any) -> str:
