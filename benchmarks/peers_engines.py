@@ -249,8 +249,10 @@ class ExactPeer:
         return {
             "version": np.__version__,
             "unit": "documents",
-            "method": "float32 matrix-vector product per project in scope, max per "
-            "document (np.maximum.reduceat), argpartition top 10",
+            "method": "float32 matrix-vector product (einsum, one thread: as fast as "
+            "OpenBLAS' two threads alone, and no spinning BLAS threads to slow the other "
+            "engines) per project in scope, max per document (np.maximum.reduceat), "
+            "argpartition top 10",
         }
 
     def search(self, query: Query) -> list[Key]:
@@ -261,7 +263,8 @@ class ExactPeer:
             if part is None:
                 continue
             matrix, firsts, part_docs = part
-            scores.append(np.maximum.reduceat(matrix @ query.vector, firsts))
+            scores.append(np.maximum.reduceat(np.einsum("ij,j->i", matrix, query.vector),
+                                              firsts))
             docs.append(part_docs)
         if not scores:
             return []

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.matrices import MatrixLru, nearest_positions, normalised
+from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
 
 # Every project's chunks, for the start-up read (which reads all of them or none).
 SELECT_ALL_SIZES = "SELECT project_id, chunks FROM lexical_stats ORDER BY project_id"
@@ -264,7 +264,7 @@ class PgVectorCache:
 def _nearest(matrices: list[_Matrix], probe: NDArray[np.float32], k: int) -> NDArray[np.intp]:
     if not matrices:
         return np.empty(0, dtype=np.intp)
-    distances = np.concatenate([1.0 - m.rows @ probe for m in matrices])
+    distances = cosine_distances((m.rows for m in matrices), probe)
     return nearest_positions(distances, np.arange(len(distances), dtype=np.int64), k)
 
 

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.matrices import MatrixLru, nearest_positions, normalised
+from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
 
 SELECT_GENERATIONS = """
 SELECT project_id, gen FROM vector_generations
@@ -102,7 +102,7 @@ class VectorCache:
         if not matrices:
             return []
         ids = np.concatenate([m.ids for m in matrices])
-        distances = np.concatenate([1.0 - m.rows @ probe for m in matrices])
+        distances = cosine_distances((m.rows for m in matrices), probe)
         return _nearest(ids, distances, k)
 
     def _scope(
