@@ -32,19 +32,16 @@ def nearest_positions(
     return keep[np.lexsort((tiebreak[keep], distances[keep]))]
 
 
+# A plain single-threaded product (einsum), not BLAS: OpenBLAS' sgemv takes a second thread
+# for a 20k-row matrix and leaves it spinning for work afterwards, which on a 2-core machine
+# slowed every other thread and process (interleaved with other numpy work at 100k chunks:
+# the PostgreSQL server's VECTOR p50 29.9 ms, 9.6 ms with einsum). Alone, einsum is as fast
+# as two BLAS threads (1.2 ms for 20k x 384, 13.5 ms for 200k) and 1.6-1.8x faster than one;
+# concurrent searches still use both cores, each product on its own worker thread.
 def cosine_distances(
     matrices: Iterable[NDArray[np.float32]], probe: NDArray[np.float32]
 ) -> NDArray[np.float32]:
-    """`1 - row . probe` for every row of the (normalised) matrices, in order.
-
-    A plain single-threaded product (einsum), not BLAS: OpenBLAS' sgemv takes a second
-    thread for a 20k-row matrix and its threads then spin waiting for work, which on a
-    2-core machine slows every other thread and process (measured interleaved with other
-    numpy work at 100k chunks: the PostgreSQL server's VECTOR p50 29.9 ms, 12.0 ms with one
-    BLAS thread); single-threaded, OpenBLAS' sgemv is 1.6-1.8x slower than einsum, which is
-    as fast as two BLAS threads on an idle machine (1.2 ms for 20k x 384, 13.5 ms for 200k).
-    Concurrent searches still use both cores: each product runs on its own worker thread.
-    """
+    """`1 - row . probe` for every row of the (normalised) matrices, in order."""
     return np.concatenate([1.0 - np.einsum("ij,j->i", rows, probe) for rows in matrices])
 
 
