@@ -115,6 +115,13 @@ class Settings:
                       "may use (cgroup limit, else RAM), at least 256; scopes that do not "
                       "fit use the index; 0 = always the index."),
     )
+    vector_cache_refresh_seconds: float = field(
+        default=2.0,
+        metadata=_doc("Both stores: after this process's own writes, read the KNN matrices "
+                      "they moved again once writes have been quiet this many seconds, in "
+                      "the background (when every matrix fits the budget), so the next "
+                      "searches need not; 0 = only when a search needs them."),
+    )
     bm25_k1: float = field(
         default=1.2, metadata=_doc("Project search BM25 term-frequency saturation k1 (> 0).")
     )
@@ -337,6 +344,7 @@ class Settings:
             ("db_pool_size", 1 <= self.db_pool_size <= 1000),
             ("sqlite_vector_cache_mb", -1 <= self.sqlite_vector_cache_mb <= 1 << 20),
             ("pg_vector_cache_mb", -1 <= self.pg_vector_cache_mb <= 1 << 20),
+            ("vector_cache_refresh_seconds", 0 <= self.vector_cache_refresh_seconds <= 3600),
             ("replica_max_lag_seconds", self.replica_max_lag_seconds >= 0),
             ("replica_check_interval", self.replica_check_interval > 0),
             ("pg_partitions", 0 <= self.pg_partitions <= 1024),

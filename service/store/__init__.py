@@ -41,6 +41,7 @@ async def open_store(
     partitions: int = 0,
     sqlite_vector_cache_bytes: int | None = None,
     pg_vector_cache_bytes: int = 0,
+    vector_cache_refresh: float = 0.0,
 ) -> Store:
     """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL
     (with at most `pool_size` connections)."""
@@ -56,7 +57,8 @@ async def open_store(
             else sqlite_vector_cache_bytes
         )
         store: Store = SqliteStore(
-            sqlite_path(database_url, data_dir), identity, vector_cache_bytes=cache
+            sqlite_path(database_url, data_dir), identity, vector_cache_bytes=cache,
+            vector_cache_refresh=vector_cache_refresh,
         )
     elif database_url.startswith(POSTGRES_PREFIXES):
         # Imported lazily so the embedded default never needs asyncpg loaded.
@@ -71,6 +73,7 @@ async def open_store(
             replica_check_interval=replica_check_interval,
             partitions=partitions,
             vector_cache_bytes=pg_vector_cache_bytes,
+            vector_cache_refresh=vector_cache_refresh,
         )
     else:
         raise ValueError(

@@ -3,15 +3,18 @@ within a byte budget, row normalisation, and the k nearest rows with ties kept."
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
+log = logging.getLogger(__name__)
 
 
 def nearest_positions(
@@ -113,3 +116,50 @@ class MatrixLru(Generic[M]):
         kept, before = set(keep), time.monotonic() - idle_seconds
         return sum(m.nbytes for p, m in self._items.items()
                    if p not in kept and self._used.get(p, 0.0) <= before)
+
+
+class QuietRefresh:
+    """Runs `refresh` in the background once writes have been quiet for `quiet` seconds.
+
+    The stores notice their own committed writes here: a write that moved a project's
+    vectors leaves its matrix stale, and without this the next search of the project would
+    pay the read (~4 us a vector; at 1M chunks ~80 ms for a 20k-vector project), or on
+    PostgreSQL be answered by the index once first. One refresh at a time; writes noticed
+    while it runs start another after it. `quiet` 0 turns it off.
+    """
+
+    def __init__(self, refresh: Callable[[], Awaitable[object]], quiet: float) -> None:
+        self._refresh = refresh
+        self._quiet = quiet
+        self._last = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def notice(self) -> None:
+        """A write committed (call on the event loop)."""
+        if self._quiet <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            wait = self._last + self._quiet - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            started = loop.time()
+            try:
+                await self._refresh()
+            except Exception:  # a stale matrix is only slower: the next search reads it
+                log.warning("vector cache refresh failed", exc_info=True)
+            if self._last < started:
+                return
+
+    async def aclose(self) -> None:
+        """Stop a pending or running refresh."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

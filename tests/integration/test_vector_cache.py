@@ -414,3 +414,83 @@ async def test_a_working_set_past_the_budget_does_not_evict_what_is_in_use(
         finally:
             await plain.close()
             await store.close()
+
+
+async def _loads(store: object) -> int:
+    stats = store.stats().vector_cache  # type: ignore[attr-defined]
+    assert stats is not None
+    return int(stats.loads)
+
+
+async def _settled(store: object, quiet: float, seconds: float = 20.0) -> int:
+    """The cache's loads once they stopped moving for a few quiet periods (the background
+    refreshes ran)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    loads, since = await _loads(store), loop.time()
+    while loop.time() - since < 3 * quiet:
+        assert loop.time() < deadline, "the loads never settled"
+        await asyncio.sleep(0.05)
+        now = await _loads(store)
+        if now != loads:
+            loads, since = now, loop.time()
+    return loads
+
+
+async def test_own_writes_are_read_again_before_the_next_search_needs_them(
+    backend: Backend, embedder: DeterministicEmbedder
+) -> None:
+    """After a burst of writes and a quiet period, the projects they moved are read again in
+    the background: the next KNN search reads nothing and its page is the exact scan's."""
+    store = await backend.open(embedder.identity, vector_cache_bytes=CACHE_BYTES,
+                               vector_cache_refresh=0.3)
+    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
+    try:
+        cached = Corpus(store, embedder, "acme")
+        reference = Corpus(plain, embedder, "acme")
+        projects = [p.project_id for p in await cached.projects(2)]
+        for project in projects:
+            reference.owners[project] = cached.tenant
+        rng = random.Random(29)
+        for project in projects:  # a burst: each write moves its project's generation
+            for batch in range(3):
+                await cached.write(project, [
+                    Doc("note", f"{batch}-{i}", _text(rng)) for i in range(8)
+                ])
+        loads = await _settled(store, 0.3)
+        assert loads >= len(projects)
+        await _compare(cached, reference, projects)
+        assert await _loads(store) == loads  # the searches found every matrix current
+        # A later write to one project: only that one is read again, before any search.
+        await cached.write(projects[0], [Doc("note", "late", "comet orbit quasar dust")])
+        assert await _settled(store, 0.3) == loads + 1
+        await _compare(cached, reference, projects)
+        assert await _loads(store) == loads + 1
+    finally:
+        await plain.close()
+        await store.close()
+
+
+async def test_writes_that_never_pause_leave_the_reads_to_the_searches(
+    backend: Backend, embedder: DeterministicEmbedder
+) -> None:
+    """The refresh waits for a quiet period: while writes keep coming nothing is read in the
+    background, and the searches stay current (each reads what moved)."""
+    store = await backend.open(embedder.identity, vector_cache_bytes=CACHE_BYTES,
+                               vector_cache_refresh=3.0)
+    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
+    try:
+        cached = Corpus(store, embedder, "acme")
+        reference = Corpus(plain, embedder, "acme")
+        project = (await cached.project("busy")).project_id
+        reference.owners[project] = cached.tenant
+        rng = random.Random(30)
+        for step in range(8):
+            await cached.write(project, [Doc("note", str(step), _text(rng))])
+            await asyncio.sleep(0.05)
+        assert await _loads(store) == 0
+        await _compare(cached, reference, [project])
+        assert await _loads(store) >= 1  # the search read it
+    finally:
+        await plain.close()
+        await store.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+import asyncio
 
-from service.store.matrices import cosine_distances, nearest_positions, normalised
+import numpy as np
+import pytest
+
+from service.store.matrices import QuietRefresh, cosine_distances, nearest_positions, normalised
 
 
 def _rows(count: int, seed: int) -> np.ndarray:
@@ -35,3 +38,79 @@ def test_nearest_rows_of_the_distances_are_the_exact_nearest() -> None:
 
 def test_no_matrices_give_no_distances() -> None:
     assert cosine_distances([np.empty((0, 4), dtype=np.float32)], np.ones(4, np.float32)).size == 0
+
+
+async def test_a_refresh_runs_once_after_a_burst_has_been_quiet() -> None:
+    runs: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def refresh() -> None:
+        runs.append(loop.time())
+
+    quiet = QuietRefresh(refresh, 0.2)
+    last_notice = 0.0
+    for _ in range(5):
+        last_notice = loop.time()  # at most the time the notice records
+        quiet.notice()
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    assert len(runs) == 1
+    assert runs[0] >= last_notice + 0.2
+    await quiet.aclose()
+
+
+async def test_writes_during_a_refresh_bring_another_after_it() -> None:
+    gate = asyncio.Event()
+    runs = 0
+
+    async def refresh() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            await gate.wait()
+
+    quiet = QuietRefresh(refresh, 0.05)
+    quiet.notice()
+    await asyncio.sleep(0.15)
+    assert runs == 1  # running, held at the gate
+    quiet.notice()  # a write while it runs
+    gate.set()
+    await asyncio.sleep(0.3)
+    assert runs == 2
+    await quiet.aclose()
+
+
+async def test_off_never_refreshes_and_close_cancels_a_pending_one() -> None:
+    runs = 0
+
+    async def refresh() -> None:
+        nonlocal runs
+        runs += 1
+
+    off = QuietRefresh(refresh, 0.0)
+    off.notice()
+    pending = QuietRefresh(refresh, 0.2)
+    pending.notice()
+    await pending.aclose()
+    await asyncio.sleep(0.3)
+    assert runs == 0
+
+
+async def test_a_failing_refresh_is_logged_and_the_next_write_tries_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs = 0
+
+    async def refresh() -> None:
+        nonlocal runs
+        runs += 1
+        raise RuntimeError("database went away")
+
+    quiet = QuietRefresh(refresh, 0.02)
+    quiet.notice()
+    await asyncio.sleep(0.1)
+    quiet.notice()
+    await asyncio.sleep(0.1)
+    assert runs == 2
+    assert "vector cache refresh failed" in caplog.text
+    await quiet.aclose()

@@ -29,6 +29,7 @@ from service.store.base import (
     StoreStats,
     plan_span_attributes,
 )
+from service.store.matrices import QuietRefresh
 from service.store.postgres import accounts, limits, projects
 from service.store.postgres import writes as write_path
 from service.store.postgres.ann import AnnMaintainer
@@ -63,6 +64,7 @@ class PostgresStore:
         replica_check_interval: float = 1.0,
         partitions: int = 0,
         vector_cache_bytes: int = 0,
+        vector_cache_refresh: float = 0.0,
     ) -> None:
         self._settings = dataclasses.replace(
             settings or PoolSettings(),
@@ -87,6 +89,9 @@ class PostgresStore:
         self._reads = 0
         self._vector_cache = PgVectorCache(vector_cache_bytes)
         self._warming: asyncio.Task[None] | None = None
+        # After this process's own writes, the matrices they moved are read again once
+        # writes are quiet (writes of other processes are found by the searches).
+        self._refresh = QuietRefresh(self._refresh_cache, vector_cache_refresh)
         self._replicas = (
             ReplicaRouter(
                 self._db, replica_dsns, self._settings, replica_max_lag, replica_check_interval
@@ -135,6 +140,11 @@ class PostgresStore:
         else:
             log.info("postgres vector cache warm", extra={"projects": read})
 
+    async def _refresh_cache(self) -> None:
+        identity, cache = self._identity, self._vector_cache
+        if identity is not None and cache.enabled:
+            await self._db.run_unhooked(lambda conn: cache.warm(conn, identity))
+
     async def warmed(self) -> None:
         """Wait for the vector cache's start-up read (tests, benchmarks)."""
         if self._warming is not None:
@@ -150,6 +160,7 @@ class PostgresStore:
         if self._warming is not None:
             self._warming.cancel()
             await asyncio.gather(self._warming, return_exceptions=True)
+        await self._refresh.aclose()
         if self._ann is not None:
             await self._ann.stop()
         if self._replicas is not None:
@@ -264,6 +275,7 @@ class PostgresStore:
         # After the commit: a replica that replayed up to here sees the write.
         if self._replicas is not None:
             await self._replicas.note_write(conn)
+        self._refresh.notice()
 
     async def index_status(
         self, tenant: str, project_ids: Sequence[int], identity: EmbeddingIdentity | None

@@ -33,8 +33,9 @@ from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
 from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
 
-# Every project's chunks, for the start-up read (which reads all of them or none).
-SELECT_ALL_SIZES = "SELECT project_id, chunks FROM lexical_stats ORDER BY project_id"
+# Every project's chunks and generation, for the start-up read and the refresh after
+# writes (which read all of them or none).
+SELECT_ALL_SIZES = "SELECT project_id, chunks, vgen FROM lexical_stats ORDER BY project_id"
 # The generation and the chunks of each project (its lexical_stats row: no row, 0), read
 # before anything is loaded, so a scope that cannot fit is never read.
 SELECT_SIZES = """
@@ -151,9 +152,10 @@ class PgVectorCache:
         return _candidates(scope, matrices, positions)
 
     async def warm(self, conn: Reader, identity: EmbeddingIdentity) -> int:
-        """Read every project's matrix when all of them fit the budget (a restarted server
-        then answers its first searches without a load each); none otherwise, leaving the
-        least-recently-used order to the searches. Returns the projects read."""
+        """Read every project's matrix that is missing or older than its project's vectors,
+        when all of them fit the budget (a restarted server, or one after a burst of
+        writes, then answers its first searches without a load each); none otherwise,
+        leaving the least-recently-used order to the searches. Returns the projects read."""
         rows = await conn.fetch(SELECT_ALL_SIZES)
         floats = int(identity.dimensions) * 4
         needed = sum(int(r["chunks"]) for r in rows) * (floats + ROW_OVERHEAD)
@@ -165,7 +167,9 @@ class PgVectorCache:
         for row in rows:  # one project at a time: a search may load between two
             project_id = int(row["project_id"])
             async with self._loading:
-                if self._lru.get(project_id) is not None:
+                held = self._lru.get(project_id)
+                current = (int(row["vgen"] or 0), identity)
+                if held is not None and (held.generation, held.identity) == current:
                     continue
                 if await self._read(conn, project_id, identity) is None:
                     break

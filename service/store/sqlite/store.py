@@ -31,6 +31,7 @@ from service.store.base import (
     StoreStats,
     plan_span_attributes,
 )
+from service.store.matrices import QuietRefresh
 from service.store.sqlite import accounts, limits, reads
 from service.store.sqlite import writes as write_path
 from service.store.sqlite.connection import ConnectionPool
@@ -90,6 +91,7 @@ class SqliteStore:
         load_vector_extension: bool = True,
         readers: int = DEFAULT_READERS,
         vector_cache_bytes: int = DEFAULT_VECTOR_CACHE_BYTES,
+        vector_cache_refresh: float = 0.0,
     ) -> None:
         self._path = Path(path)
         self._identity = identity
@@ -113,6 +115,9 @@ class SqliteStore:
         # The KNN path's candidates (vector_cache.py); 0 bytes leaves them to vec0.
         self._vector_cache = VectorCache(vector_cache_bytes)
         self._warming: asyncio.Task[None] | None = None
+        # After this process's own writes, the matrices they moved are read again once
+        # writes are quiet (writes of other processes are found by the searches).
+        self._refresh = QuietRefresh(self._refresh_cache, vector_cache_refresh)
         self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
         self._memory_refresh = asyncio.Lock()  # ':memory:' has no file to lock
 
@@ -149,6 +154,11 @@ class SqliteStore:
         else:
             log.info("sqlite vector cache warm", extra={"projects": read})
 
+    async def _refresh_cache(self) -> None:
+        identity, cache = self._index.identity, self._vector_cache
+        if identity is not None and cache.enabled:
+            await self._readers.run_unhooked(lambda conn: cache.warm(conn, identity))
+
     async def warmed(self) -> None:
         """Wait for the vector cache's start-up read (tests, benchmarks)."""
         if self._warming is not None:
@@ -159,6 +169,7 @@ class SqliteStore:
         if self._warming is not None:
             self._warming.cancel()
             await asyncio.gather(self._warming, return_exceptions=True)
+        await self._refresh.aclose()
         await asyncio.to_thread(self._writer.close)
         await asyncio.to_thread(self._readers.close)
         self._checker.close()
@@ -194,9 +205,11 @@ class SqliteStore:
     async def delete_project(self, tenant: str, project_id: int) -> int | None:
         """Delete a project of `tenant` with everything in it; None when not found."""
         index = self._index
-        return await self._writer.run(
+        deleted = await self._writer.run(
             lambda conn: write_path.delete_project(conn, tenant, project_id, index)
         )
+        self._refresh.notice()
+        return deleted
 
     async def document_hashes(
         self, tenant: str, project_id: int, keys: Sequence[DocKey]
@@ -229,16 +242,20 @@ class SqliteStore:
         if not batch:
             return []
         with tracing.db_span(DB_SYSTEM, "write_documents", **{"search.documents": len(batch)}):
-            return await self._writer.run(
+            outcomes = await self._writer.run(
                 lambda conn: write_path.write_documents(conn, tenant, project_id, batch, index)
             )
+        self._refresh.notice()
+        return outcomes
 
     async def delete_documents(self, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:
         """Delete documents; returns how many existed (NotFound: not the tenant's project)."""
         wanted, index = list(keys), self._index
-        return await self._writer.run(
+        deleted = await self._writer.run(
             lambda conn: write_path.delete_documents(conn, tenant, project_id, wanted, index)
         )
+        self._refresh.notice()
+        return deleted
 
     async def index_status(
         self, tenant: str, project_ids: Sequence[int], identity: EmbeddingIdentity | None
