@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import pytest_asyncio
@@ -437,17 +438,27 @@ async def _settled(store: object, quiet: float, seconds: float = 20.0) -> int:
     return loads
 
 
+@asynccontextmanager
+async def _refreshing(
+    backend: Backend, embedder: DeterministicEmbedder, quiet: float
+) -> AsyncIterator[tuple[Corpus, Corpus]]:
+    """A store whose cache refreshes after `quiet` seconds without writes, and a reference
+    store without a cache on the same database."""
+    async with (
+        backend.opened(embedder.identity, vector_cache_bytes=CACHE_BYTES,
+                       vector_cache_refresh=quiet) as store,
+        backend.opened(embedder.identity, vector_cache_bytes=0) as plain,
+    ):
+        yield Corpus(store, embedder, "acme"), Corpus(plain, embedder, "acme")
+
+
 async def test_own_writes_are_read_again_before_the_next_search_needs_them(
     backend: Backend, embedder: DeterministicEmbedder
 ) -> None:
     """After a burst of writes and a quiet period, the projects they moved are read again in
     the background: the next KNN search reads nothing and its page is the exact scan's."""
-    store = await backend.open(embedder.identity, vector_cache_bytes=CACHE_BYTES,
-                               vector_cache_refresh=0.3)
-    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
-    try:
-        cached = Corpus(store, embedder, "acme")
-        reference = Corpus(plain, embedder, "acme")
+    async with _refreshing(backend, embedder, 0.3) as (cached, reference):
+        store = cached.store
         projects = [p.project_id for p in await cached.projects(2)]
         for project in projects:
             reference.owners[project] = cached.tenant
@@ -466,9 +477,6 @@ async def test_own_writes_are_read_again_before_the_next_search_needs_them(
         assert await _settled(store, 0.3) == loads + 1
         await _compare(cached, reference, projects)
         assert await _loads(store) == loads + 1
-    finally:
-        await plain.close()
-        await store.close()
 
 
 async def test_writes_that_never_pause_leave_the_reads_to_the_searches(
@@ -476,12 +484,8 @@ async def test_writes_that_never_pause_leave_the_reads_to_the_searches(
 ) -> None:
     """The refresh waits for a quiet period: while writes keep coming nothing is read in the
     background, and the searches stay current (each reads what moved)."""
-    store = await backend.open(embedder.identity, vector_cache_bytes=CACHE_BYTES,
-                               vector_cache_refresh=3.0)
-    plain = await backend.open(embedder.identity, vector_cache_bytes=0)
-    try:
-        cached = Corpus(store, embedder, "acme")
-        reference = Corpus(plain, embedder, "acme")
+    async with _refreshing(backend, embedder, 3.0) as (cached, reference):
+        store = cached.store
         project = (await cached.project("busy")).project_id
         reference.owners[project] = cached.tenant
         rng = random.Random(30)
@@ -491,6 +495,3 @@ async def test_writes_that_never_pause_leave_the_reads_to_the_searches(
         assert await _loads(store) == 0
         await _compare(cached, reference, [project])
         assert await _loads(store) >= 1  # the search read it
-    finally:
-        await plain.close()
-        await store.close()
