@@ -270,21 +270,22 @@ def _float_sum(votes: Sequence[Contribution]) -> float:
 
 
 def _leading_ranked(
-    candidates: Mapping[str, Sequence[Contribution]], count: int
+    candidates: Mapping[str, Sequence[Contribution]], count: int,
+    floats: Mapping[str, float] | None = None,
 ) -> list[tuple[_Sum, str, Sequence[Contribution]]]:
     """The first `count` items of `_ranked(candidates)` (or all, when fewer), in that order.
 
-    Scores as floats first: only keys within `_CLOSE` of the `count`-th best float can be
-    among the first `count`, so only those get a `_Sum` and an exact order (a search's
-    candidates are hundreds; a page takes ten).
+    Scores as floats first (`floats`, when the caller has them): only keys within `_CLOSE`
+    of the `count`-th best float can be among the first `count`, so only those get a `_Sum`
+    and an exact order (a search's candidates are hundreds; a page takes ten).
     """
     if count <= 0:
         return []
     keys = list(candidates)
-    values = [_float_sum(candidates[key]) for key in keys]
-    leading = _leading(values, count)
+    values = [floats[key] if floats is not None else _float_sum(candidates[key])
+              for key in keys]
     ranked = _order([
-        (_Sum.of(c.score for c in candidates[keys[i]]), keys[i]) for i in leading
+        (_Sum.of(c.score for c in candidates[keys[i]]), keys[i]) for i in _leading(values, count)
     ])
     return [(value, key, candidates[key]) for value, key in ranked[:count]]
 
@@ -309,18 +310,21 @@ def ready_keys(
     """
     if limit <= 0:
         return []
-    ordered = _leading_ranked(candidates, limit)
+    floats = {key: _float_sum(votes) for key, votes in candidates.items()}
     unseen = _Sum.of(open_terms.values())
     if open_terms:
+        ordered = _leading_ranked(candidates, limit, floats)
         # Bounds as floats first: only the leading few need a (lazy) exact sum.
         keys = list(candidates)
-        values = [_bound_value(_float_sum(candidates[key]), candidates[key], open_terms,
-                               unseen.value) for key in keys]
+        values = [_bound_value(floats[key], candidates[key], open_terms, unseen.value)
+                  for key in keys]
         bounds = _order([(_bound(values[i], candidates[keys[i]], open_terms), keys[i])
                          for i in _leading(values, limit + 2)])
     else:
         # Nothing open: a key's bound is its score.
-        bounds = [(value, key) for value, key, _ in _leading_ranked(candidates, limit + 2)]
+        leading = _leading_ranked(candidates, limit + 2, floats)
+        ordered = leading[:limit]
+        bounds = [(value, key) for value, key, _ in leading]
     taken: set[str] = set()
     ready: list[str] = []
     for score, key, _ in ordered:

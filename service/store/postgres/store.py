@@ -91,7 +91,7 @@ class PostgresStore:
         self._warming: asyncio.Task[None] | None = None
         # After this process's own writes, the matrices they moved are read again once
         # writes are quiet (writes of other processes are found by the searches).
-        self._refresh = QuietRefresh(self._refresh_cache, vector_cache_refresh)
+        self._refresh = QuietRefresh(self._warm, vector_cache_refresh)
         self._replicas = (
             ReplicaRouter(
                 self._db, replica_dsns, self._settings, replica_max_lag, replica_check_interval
@@ -126,24 +126,22 @@ class PostgresStore:
             await self._replicas.open()
         if self._ann is not None and self._ann_background:
             self._ann.start()
-        identity, cache = self._identity, self._vector_cache
-        if identity is not None and cache.enabled:
-            # In the background: searches may start before it is done (and load for
-            # themselves what it has not read yet).
-            self._warming = asyncio.create_task(self._warm(cache, identity))
+        # In the background: searches may start before it is done (and load for
+        # themselves what it has not read yet).
+        self._warming = asyncio.create_task(self._warm())
 
-    async def _warm(self, cache: PgVectorCache, identity: EmbeddingIdentity) -> None:
+    async def _warm(self) -> None:
+        """Read the matrices that are missing or stale when all fit (at start-up, and after
+        this process's writes have been quiet: `_refresh`)."""
+        identity, cache = self._identity, self._vector_cache
+        if identity is None or not cache.enabled:
+            return
         try:
             read = await self._db.run_unhooked(lambda conn: cache.warm(conn, identity))
         except Exception:  # a cold cache is only slower: never fail the store over it
             log.warning("postgres vector cache warm-up failed", exc_info=True)
         else:
             log.info("postgres vector cache warm", extra={"projects": read})
-
-    async def _refresh_cache(self) -> None:
-        identity, cache = self._identity, self._vector_cache
-        if identity is not None and cache.enabled:
-            await self._db.run_unhooked(lambda conn: cache.warm(conn, identity))
 
     async def warmed(self) -> None:
         """Wait for the vector cache's start-up read (tests, benchmarks)."""

@@ -117,7 +117,7 @@ class SqliteStore:
         self._warming: asyncio.Task[None] | None = None
         # After this process's own writes, the matrices they moved are read again once
         # writes are quiet (writes of other processes are found by the searches).
-        self._refresh = QuietRefresh(self._refresh_cache, vector_cache_refresh)
+        self._refresh = QuietRefresh(self._warm, vector_cache_refresh)
         self._capabilities = Capabilities("sqlite", False, ADAPTER, "the store is not open")
         self._memory_refresh = asyncio.Lock()  # ':memory:' has no file to lock
 
@@ -140,24 +140,22 @@ class SqliteStore:
             lambda conn: prepare_vector_index(conn, self._identity, support.loaded)
         )
         self._capabilities = Capabilities("sqlite", support.loaded, ADAPTER, support.reason)
-        identity, cache = self._index.identity, self._vector_cache
-        if self._index.usable and identity is not None and cache.enabled:
-            # In the background: searches may start before it is done (and load for
-            # themselves what it has not read yet).
-            self._warming = asyncio.create_task(self._warm(cache, identity))
+        # In the background: searches may start before it is done (and load for
+        # themselves what it has not read yet).
+        self._warming = asyncio.create_task(self._warm())
 
-    async def _warm(self, cache: VectorCache, identity: EmbeddingIdentity) -> None:
+    async def _warm(self) -> None:
+        """Read the matrices that are missing or stale when all fit (at start-up, and after
+        this process's writes have been quiet: `_refresh`)."""
+        identity, cache = self._index.identity, self._vector_cache
+        if not (self._index.usable and identity is not None and cache.enabled):
+            return
         try:
             read = await self._readers.run_unhooked(lambda conn: cache.warm(conn, identity))
         except Exception:  # a cold cache is only slower: never fail the store over it
             log.warning("sqlite vector cache warm-up failed", exc_info=True)
         else:
             log.info("sqlite vector cache warm", extra={"projects": read})
-
-    async def _refresh_cache(self) -> None:
-        identity, cache = self._index.identity, self._vector_cache
-        if identity is not None and cache.enabled:
-            await self._readers.run_unhooked(lambda conn: cache.warm(conn, identity))
 
     async def warmed(self) -> None:
         """Wait for the vector cache's start-up read (tests, benchmarks)."""
