@@ -80,7 +80,8 @@ async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
     store: Store
     if url:
         store = PostgresStore(url, identity, max_size=2, ann_maintenance=False,
-                              vector_cache_bytes=cache_budget(settings.pg_vector_cache_mb))
+                              vector_cache_bytes=cache_budget(settings.pg_vector_cache_mb),
+                              lexical_cache_bytes=cache_budget(settings.pg_lexical_cache_mb))
     else:
         store = SqliteStore(sqlite_path(url, settings.data_dir), identity,
                             vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb))
@@ -157,25 +158,29 @@ class SqliteStatement:
 
 
 class PostgresStatement:
-    """`service.store.postgres.search.run_search(conn, plan, timeout, cache)` on an asyncpg
-    connection with the pool's session settings and codecs: the vector cache's candidates
-    (service.store.postgres.vector_cache, the store's budget), then the statement, timed
-    together with turning the rows into a page, as the store runs them (without its pool and
-    turns)."""
+    """`service.store.postgres.search.run_search(conn, plan, timeout, cache, lexical)` on an
+    asyncpg connection with the pool's session settings and codecs: the vector cache's
+    candidates (service.store.postgres.vector_cache) or the lexical cache's ranking
+    (lexical_cache.py), with the store's budgets, then the statement, timed together with
+    turning the rows into a page, as the store runs them (without its pool and turns)."""
 
     description = (
-        "service.store.postgres.search.run_search() (the vector cache's candidates, then the "
-        "statement) on an asyncpg connection with the pool's settings"
+        "service.store.postgres.search.run_search() (the vector cache's candidates or the "
+        "lexical cache's ranking, then the statement) on an asyncpg connection with the "
+        "pool's settings"
     )
 
-    def __init__(self, conn: asyncpg.Connection, search: Any, pooled: Any, cache: Any) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, search: Any, pooled: Any, cache: Any, lexical: Any
+    ) -> None:
         self._conn = conn
-        self._search, self._pooled, self._cache = search, pooled, cache
+        self._search, self._pooled, self._cache, self._lexical = search, pooled, cache, lexical
 
     @classmethod
-    async def open(cls, dsn: str, cache_bytes: int) -> PostgresStatement:
+    async def open(cls, dsn: str, cache_bytes: int, lexical_bytes: int) -> PostgresStatement:
         """Connect as the service's pool does."""
         from service.store.postgres import search
+        from service.store.postgres.lexical_cache import PgLexicalCache
         from service.store.postgres.pool import (
             Conn,
             PoolSettings,
@@ -186,12 +191,15 @@ class PostgresStatement:
 
         conn = await asyncpg.connect(dsn, server_settings=server_settings(PoolSettings()))
         await init_connection(conn)
-        return cls(conn, search, Conn(conn, ()), PgVectorCache(cache_bytes))
+        return cls(conn, search, Conn(conn, ()), PgVectorCache(cache_bytes),
+                   PgLexicalCache(lexical_bytes))
 
     async def run(self, plan: SearchPlan) -> float:
         """The store's run_search on this connection: candidates, then the statement."""
         started = time.perf_counter()
-        await self._search.run_search(self._pooled, plan, plan.timeout, self._cache)
+        await self._search.run_search(
+            self._pooled, plan, plan.timeout, self._cache, self._lexical
+        )
         return time.perf_counter() - started
 
     async def close(self) -> None:
@@ -207,7 +215,10 @@ async def open_statement(
     statement: Statement | None = None
     try:
         if url:
-            statement = await PostgresStatement.open(url, cache_budget(settings.pg_vector_cache_mb))
+            statement = await PostgresStatement.open(
+                url, cache_budget(settings.pg_vector_cache_mb),
+                cache_budget(settings.pg_lexical_cache_mb),
+            )
         else:
             statement = SqliteStatement(sqlite_path(url, settings.data_dir),
                                         cache_budget(settings.sqlite_vector_cache_mb))

@@ -115,6 +115,15 @@ class Settings:
                       "may use (cgroup limit, else RAM), at least 256; scopes that do not "
                       "fit use the index; 0 = always the index."),
     )
+    pg_lexical_cache_mb: int = field(
+        default=-1,
+        metadata=_doc("PostgreSQL: memory for in-process lexical postings that rank an "
+                      "unfiltered FTS search instead of the statement's SQL BM25 (per "
+                      "project, checked against the database's generations and the query's "
+                      "parsed terms by each search, least recently used out); -1 = an eighth "
+                      "of the memory the process may use (cgroup limit, else RAM), at least "
+                      "256; scopes that do not fit are ranked in SQL; 0 = always SQL."),
+    )
     vector_cache_refresh_seconds: float = field(
         default=2.0,
         metadata=_doc("Both stores: after this process's own writes, read the KNN matrices "
@@ -344,6 +353,7 @@ class Settings:
             ("db_pool_size", 1 <= self.db_pool_size <= 1000),
             ("sqlite_vector_cache_mb", -1 <= self.sqlite_vector_cache_mb <= 1 << 20),
             ("pg_vector_cache_mb", -1 <= self.pg_vector_cache_mb <= 1 << 20),
+            ("pg_lexical_cache_mb", -1 <= self.pg_lexical_cache_mb <= 1 << 20),
             ("vector_cache_refresh_seconds", 0 <= self.vector_cache_refresh_seconds <= 3600),
             ("replica_max_lag_seconds", self.replica_max_lag_seconds >= 0),
             ("replica_check_interval", self.replica_check_interval > 0),

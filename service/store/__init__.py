@@ -41,6 +41,7 @@ async def open_store(
     partitions: int = 0,
     sqlite_vector_cache_bytes: int | None = None,
     pg_vector_cache_bytes: int = 0,
+    pg_lexical_cache_bytes: int = 0,
     vector_cache_refresh: float = 0.0,
 ) -> Store:
     """Open (and migrate) the store a database URL names: SQLite by default, or PostgreSQL
@@ -73,6 +74,7 @@ async def open_store(
             replica_check_interval=replica_check_interval,
             partitions=partitions,
             vector_cache_bytes=pg_vector_cache_bytes,
+            lexical_cache_bytes=pg_lexical_cache_bytes,
             vector_cache_refresh=vector_cache_refresh,
         )
     else:

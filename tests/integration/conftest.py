@@ -97,6 +97,9 @@ class Backend:
         else:
             from service.store.postgres import PostgresStore
 
+            # The lexical cache ranks FTS pages as the server's default does; a test that
+            # wants the SQL ranking alone passes lexical_cache_bytes=0.
+            options.setdefault("lexical_cache_bytes", 64 << 20)
             store = PostgresStore(self.dsn, identity=identity, **options)
         await store.open()
         return store

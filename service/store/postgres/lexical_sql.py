@@ -91,7 +91,7 @@ term_tf AS (
               AND x.lexeme >= q.lexeme AND x.lexeme < q.lexeme || chr(1114111){{eligible}}
             GROUP BY x.project_id, x.kind, x.row_id
         ) AS y
-    ) AS x
+    ) AS x{{gate}}
 ),"""  # noqa: S608 - only constant fragments are interpolated
 ELIGIBLE_POSTINGS = """
               AND (x.project_id, x.kind, x.row_id) IN (
@@ -187,6 +187,50 @@ fts AS MATERIALIZED (
     UNION ALL{FTS_BY_MATCH}
       AND NOT (SELECT by_count FROM lex_shape)
 ),"""  # noqa: S608 - only constant fragments are interpolated
+# The in-process ranking (lexical_cache.py) is used only when what it was computed from is
+# what this snapshot holds: the scope (all the tenant's) at the same generations, the same
+# N and avgdl, the query parsed into the same terms and counted shape, and each term's idf
+# the same when computed here from the ranking's document counts (with TERM_TF's
+# expression). `gens` goes back to the cache with the page, so postings that moved on are
+# read again. With `ok`, `term_tf` reads no posting and `fts` is the ranking's first rows;
+# FTS_SUMMARY_FAST takes the whole list's top, total and relaxation from the ranking.
+LEX_FAST = """
+lex_fast AS MATERIALIZED (
+    SELECT COALESCE(
+               (SELECT by_count AND strict_at = :fast_strict_at::bigint
+                       AND any_term = :fast_any::bool FROM lex_shape)
+               AND NOT (SELECT relaxed_always FROM lex)
+               AND (SELECT array_agg(lexeme::text ORDER BY k) = :fast_terms::text[]
+                           AND array_agg(prefix ORDER BY k) = :fast_prefix::bool[]
+                           AND bool_and(chan = 0)
+                    FROM qterms)
+               AND (SELECT ids FROM owned) = :scope::bigint[]
+               AND g.gens = :fast_gens::bigint[]
+               AND (SELECT n = :fast_n::float8 AND avgdl = :fast_avgdl::float8 FROM stats)
+               AND (SELECT array_agg(ln(1.0 + ((SELECT n FROM stats) - u.df + 0.5) / (u.df + 0.5))
+                                     ORDER BY u.o)
+                    FROM unnest(:fast_df::float8[]) WITH ORDINALITY AS u(df, o))
+                   = :fast_idf::float8[],
+               false) AS ok,
+           g.gens
+    FROM (
+        SELECT array_agg(COALESCE(s.vgen, 0) ORDER BY e.project_id) AS gens
+        FROM unnest(:scope::bigint[]) AS e(project_id)
+        LEFT JOIN lexical_stats AS s ON s.project_id = e.project_id
+    ) AS g
+),"""
+FAST_GATE = """
+    WHERE NOT (SELECT ok FROM lex_fast)"""
+FTS_FAST_ARM = """
+    UNION ALL
+    SELECT f.project_id, f.kind, f.row_id, f.score, f.tier
+    FROM unnest(:fast_projects::bigint[], :fast_kinds::text[], :fast_rows::text[],
+                :fast_scores::float8[], :fast_tiers::int[])
+         AS f(project_id, kind, row_id, score, tier)
+    WHERE (SELECT ok FROM lex_fast)"""
+FTS_TIERED_FAST = FTS_TIERED_BY_COUNT.removesuffix("\n),") + FTS_FAST_ARM + "\n),"
+LEX_GENS = "(SELECT gens FROM lex_fast)"
+LEX_USED = "(SELECT ok FROM lex_fast)"
 RELAXED_FLAG = "((SELECT relaxed_always FROM lex) OR EXISTS (SELECT 1 FROM fts WHERE tier = 0))"
 # FTS mode reads it from search_sql.FTS_SUMMARY instead, with the other totals of `fts`.
 RELAXED_SUMMARY = "((SELECT relaxed_always FROM lex) OR (SELECT relaxed FROM fts_summary))"

@@ -22,6 +22,7 @@ from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.postgres import lexical_sql as lx
 from service.store.postgres import search_sql as q
 from service.store.postgres.filters import filter_sql
+from service.store.postgres.lexical_cache import PgLexicalCache, Proposal, Shape, predict_shape
 from service.store.postgres.pool import Conn
 from service.store.postgres.vector_cache import Candidates, PgVectorCache
 
@@ -30,24 +31,30 @@ _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.
 _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
 
-def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, Any]]:
+def _lexical(
+    plan: SearchPlan, filters: str, fast: Proposal | None
+) -> tuple[list[str], str, dict[str, Any]]:
     """The lexical CTEs, the page's relaxation flag expression, and their bindings.
 
     Term statistics come from the eligible documents when there are `filters`, else from
-    the scope projects' lexical_stats (the same numbers without reading any document)."""
+    the scope projects' lexical_stats (the same numbers without reading any document).
+    `fast` is the lexical cache's ranking, which the statement checks before using it."""
     lexical = plan.lexical
     if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
         return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
-    postings = lx.TERM_TF.format(eligible=lx.ELIGIBLE_POSTINGS if filters else "")
+    gate = lx.FAST_GATE if fast is not None else ""
+    postings = lx.TERM_TF.format(eligible=lx.ELIGIBLE_POSTINGS if filters else "", gate=gate)
     stats = lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS
     # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
-    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats, postings, lx.BM25]
-    if lexical.script_tsquery is None:
+    ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats]
+    if fast is not None:
+        ctes += [lx.LEX_SHAPE, lx.LEX_FAST, postings, lx.BM25, lx.FTS_TIERED_FAST]
+    elif lexical.script_tsquery is None:
         # Words only: the tiers may be counted (LEX_SHAPE checks the parsed forms).
-        ctes += [lx.LEX_SHAPE, lx.FTS_TIERED_BY_COUNT]
+        ctes += [postings, lx.BM25, lx.LEX_SHAPE, lx.FTS_TIERED_BY_COUNT]
     else:
-        ctes.append(lx.FTS_TIERED)
+        ctes += [postings, lx.BM25, lx.FTS_TIERED]
     bindings = {
         "tsq": lexical.tsquery,
         "script_tsq": lexical.script_tsquery,
@@ -55,18 +62,54 @@ def _lexical(plan: SearchPlan, filters: str) -> tuple[list[str], str, dict[str, 
         "bm25_k1": float(plan.bm25_k1),
         "bm25_b": float(plan.bm25_b),
     }
+    if fast is not None:
+        bindings.update(_fast_bindings(fast))
     relaxed = lx.RELAXED_SUMMARY if plan.mode is Mode.FTS else lx.RELAXED_FLAG
     return ctes, relaxed, bindings
 
 
-def build(plan: SearchPlan, candidates: Candidates | None = None) -> tuple[str, dict[str, Any]]:
+def _fast_bindings(fast: Proposal) -> dict[str, Any]:
+    ranking, projects = fast.ranking, fast.keys[0]
+    return {
+        "fast_strict_at": fast.shape.strict_at,
+        "fast_any": fast.shape.any_term,
+        "fast_terms": [t.lexeme for t in fast.shape.terms],
+        "fast_prefix": [t.prefix for t in fast.shape.terms],
+        "fast_gens": fast.generations,
+        "fast_n": ranking.n,
+        "fast_avgdl": ranking.avgdl,
+        "fast_df": ranking.dfs,
+        "fast_idf": ranking.idfs,
+        "fast_projects": projects,
+        "fast_kinds": fast.keys[1],
+        "fast_rows": fast.keys[2],
+        "fast_scores": ranking.scores.tolist(),
+        "fast_tiers": ranking.tiers.tolist(),
+        "fast_top": ranking.top,
+        "fast_total": ranking.total,
+        "fast_relaxed": ranking.relaxed,
+    }
+
+
+def offers_fast(plan: SearchPlan) -> Shape | None:
+    """The predicted lexical shape when the lexical cache may rank this search: FTS mode,
+    no filters, a counted query of plain words."""
+    if plan.mode is not Mode.FTS or filter_sql(plan.filters)[0]:
+        return None
+    return predict_shape(plan.lexical)
+
+
+def build(
+    plan: SearchPlan, candidates: Candidates | None = None, fast: Proposal | None = None
+) -> tuple[str, dict[str, Any]]:
     """The statement text (with `:name` parameters) and its bindings; `candidates` are the
-    vector cache's, which the statement checks before using them."""
+    vector cache's and `fast` the lexical cache's, which the statement checks before using
+    them."""
     filters, bindings = filter_sql(plan.filters)
     ctes = [q.OWNED, q.ELIGIBLE.format(filters=filters)]
     relaxed, exact, cache = lx.RELAXED_NEVER, q.EXACT_ALWAYS, q.CACHE_NONE
     if plan.mode is not Mode.VECTOR:
-        lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters)
+        lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters, fast)
         ctes += lexical_ctes
         bindings.update(lexical_bindings)
     semantic = plan.mode is not Mode.FTS
@@ -88,10 +131,14 @@ def build(plan: SearchPlan, candidates: Candidates | None = None) -> tuple[str, 
     total = q.TOTAL_NONE
     if not semantic:
         # FTS: the top score, the total and the relaxation flag are one summary row.
-        ctes.append(q.FTS_SUMMARY)
+        ctes.append(q.FTS_SUMMARY_FAST if fast is not None else q.FTS_SUMMARY)
         total = q.TOTAL_SUMMARY
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
-    ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total, cache=cache)]
+    lex, used = (lx.LEX_GENS, lx.LEX_USED) if fast is not None else (q.CACHE_NONE, q.CACHE_NONE)
+    meta = q.META.format(
+        relaxed=relaxed, exact=exact, total=total, cache=cache, lex=lex, lex_used=used
+    )
+    ctes += [scored, q.PAGE, meta]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return q.statement(ctes, chunks), bindings
@@ -157,10 +204,19 @@ async def run_search(
     plan: SearchPlan,
     statement_timeout: float | None,
     cache: PgVectorCache | None = None,
+    lexical: PgLexicalCache | None = None,
 ) -> SearchPage:
     """Execute the statement once and turn its rows into a page. With a `cache`, a semantic
     search past `exact_scan_limit` offers the statement the cache's candidates (read on the
-    same connection when a project's matrix must be loaded first)."""
+    same connection when a project's matrix must be loaded first); with a `lexical` cache,
+    an FTS search offers its in-process ranking."""
+    fast = None
+    shape = offers_fast(plan) if lexical is not None and lexical.enabled else None
+    if shape is not None and lexical is not None:
+        fast = await lexical.propose(
+            conn, plan.project_ids, shape, float(plan.bm25_k1), float(plan.bm25_b),
+            plan.offset + plan.limit,
+        )
     candidates = None
     semantic = plan.mode is not Mode.FTS and plan.identity is not None
     if cache is not None and cache.enabled and semantic and plan.query_vector:
@@ -171,9 +227,11 @@ async def run_search(
             conn, plan.project_ids, plan.identity, plan.query_vector,
             knn_k(wanted, filtered, KNN_MAX_K), plan.exact_scan_limit,
         )
-    sql, bindings = build(plan, candidates)
+    sql, bindings = build(plan, candidates, fast)
     text, args = q.numbered(sql, bindings)
     rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
+    if fast is not None and lexical is not None and rows[0]["lex_gens"] is not None:
+        lexical.observed(fast.project_ids, list(rows[0]["lex_gens"]), bool(rows[0]["lex_used"]))
     if candidates is not None and cache is not None and rows[0]["cache_gens"] is not None:
         cache.observed(candidates.project_ids, list(rows[0]["cache_gens"]))
     return page_from_rows(plan, rows)

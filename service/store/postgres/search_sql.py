@@ -156,6 +156,18 @@ fts_summary AS MATERIALIZED (
     SELECT max(fts_score) AS top, count(*) AS total, COALESCE(bool_or(tier = 0), false) AS relaxed
     FROM fts
 ),"""
+FTS_SUMMARY_FAST = """
+fts_summary AS MATERIALIZED (
+    SELECT CASE WHEN l.ok THEN :fast_top::float8 ELSE a.top END AS top,
+           CASE WHEN l.ok THEN :fast_total::bigint ELSE a.total END AS total,
+           CASE WHEN l.ok THEN :fast_relaxed::bool ELSE a.relaxed END AS relaxed
+    FROM lex_fast AS l
+    CROSS JOIN LATERAL (
+        SELECT max(fts_score) AS top, count(*) AS total,
+               COALESCE(bool_or(tier = 0), false) AS relaxed
+        FROM fts
+    ) AS a
+),"""
 SCORED_FTS = """
 scored AS (
     SELECT project_id, kind, row_id, fts_score AS score, 0.0::float8 AS v, fts_score,
@@ -232,7 +244,8 @@ page AS MATERIALIZED (
 ),"""
 META = """
 meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total}::bigint AS total,
-                {cache}::bigint[] AS cache_gens)"""
+                {cache}::bigint[] AS cache_gens, {lex}::bigint[] AS lex_gens,
+                {lex_used}::bool AS lex_used)"""
 CACHE_GENS = "(SELECT gens FROM cache_fresh)"
 CACHE_NONE = "NULL"
 TOTAL_SUMMARY = "(SELECT total FROM fts_summary)"
@@ -257,7 +270,7 @@ TOP_CHUNKS = f"""(
     ) AS x
 )"""  # noqa: S608 - only constant fragments are interpolated
 FINAL = """
-SELECT m.relaxed, m.exact, m.total, m.cache_gens,
+SELECT m.relaxed, m.exact, m.total, m.cache_gens, m.lex_gens, m.lex_used,
        pg.project_id, p.external_id, pg.kind, pg.row_id, d.title, d.path, d.category,
        d.note_type, d.metadata, d.created_at, d.updated_at,
        pg.score, pg.v, pg.fts_score, pg.f, left(d.body, :snippet_chars::int) AS snippet,

@@ -33,6 +33,7 @@ from service.store.matrices import QuietRefresh
 from service.store.postgres import accounts, limits, projects
 from service.store.postgres import writes as write_path
 from service.store.postgres.ann import AnnMaintainer
+from service.store.postgres.lexical_cache import PgLexicalCache
 from service.store.postgres.migrations import apply_migrations, ensure_vector_index
 from service.store.postgres.pool import Conn, Database, PoolSettings
 from service.store.postgres.replicas import ReplicaRouter
@@ -65,6 +66,7 @@ class PostgresStore:
         partitions: int = 0,
         vector_cache_bytes: int = 0,
         vector_cache_refresh: float = 0.0,
+        lexical_cache_bytes: int = 0,
     ) -> None:
         self._settings = dataclasses.replace(
             settings or PoolSettings(),
@@ -88,6 +90,7 @@ class PostgresStore:
         self._partitions = partitions
         self._reads = 0
         self._vector_cache = PgVectorCache(vector_cache_bytes)
+        self._lexical_cache = PgLexicalCache(lexical_cache_bytes)
         self._warming: asyncio.Task[None] | None = None
         # After this process's own writes, the matrices they moved are read again once
         # writes are quiet (writes of other processes are found by the searches).
@@ -131,9 +134,16 @@ class PostgresStore:
         self._warming = asyncio.create_task(self._warm())
 
     async def _warm(self) -> None:
-        """Read the matrices that are missing or stale when all fit (at start-up, and after
-        this process's writes have been quiet: `_refresh`)."""
-        identity, cache = self._identity, self._vector_cache
+        """Read the matrices and postings that are missing or stale while they fit (at
+        start-up, and after this process's writes have been quiet: `_refresh`)."""
+        identity, cache, lexical = self._identity, self._vector_cache, self._lexical_cache
+        if lexical.enabled:
+            try:
+                read = await self._db.run_unhooked(lexical.warm)
+            except Exception:  # a cold cache is only slower: never fail the store over it
+                log.warning("postgres lexical cache warm-up failed", exc_info=True)
+            else:
+                log.info("postgres lexical cache warm", extra={"projects": read})
         if identity is None or not cache.enabled:
             return
         try:
@@ -294,12 +304,14 @@ class PostgresStore:
         budget = request_context.current().time_remaining()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
             async with self._search_turns.turn(plan.tenant, budget):
-                cache = self._vector_cache
+                cache, lexical = self._vector_cache, self._lexical_cache
                 if self._replicas is not None:
                     return await self._replicas.read(
-                        lambda conn: run_search(conn, plan, timeout, cache)
+                        lambda conn: run_search(conn, plan, timeout, cache, lexical)
                     )
-                page = await self._db.run(lambda conn: run_search(conn, plan, timeout, cache))
+                page = await self._db.run(
+                    lambda conn: run_search(conn, plan, timeout, cache, lexical)
+                )
             self._reads += 1
             return page
 

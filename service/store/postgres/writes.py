@@ -280,18 +280,18 @@ async def write_documents(
 async def _move_stats(
     conn: Conn, project: tuple[str, int], batch: _Batch, old: Sequence[Any]
 ) -> None:
-    """lexical_stats by what the batch changed, the vector generation whenever it wrote or
-    removed a vector (no row lock when it changed nothing)."""
+    """lexical_stats by what the batch changed, and the project's generation, which every
+    batch moves: besides vectors, the in-process postings (lexical_cache.py) are checked
+    against it, and a rewritten document changes its postings even when no statistic
+    moves."""
     change = (
         len(batch.keys) - len(old),
         sum(batch.columns[12]) - sum(r["doc_len"] for r in old),
         sum(batch.columns[13]) - sum(r["ngram_len"] for r in old),
         len(batch.chunks) - sum(r["chunk_count"] for r in old),
     )
-    vectors_moved = bool(batch.vectors) or any(r["chunk_count"] for r in old)
-    if any(change) or vectors_moved:
-        tenant, project_id = project
-        await conn.execute(postings.ADD_STATS, project_id, *change, tenant)
+    tenant, project_id = project
+    await conn.execute(postings.ADD_STATS, project_id, *change, tenant)
 
 
 async def delete_documents(conn: Conn, tenant: str, project_id: int, keys: Sequence[DocKey]) -> int:

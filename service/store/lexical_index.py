@@ -1,0 +1,197 @@
+"""In-process postings of the lexical channel and the exact BM25 ranking over a scope (#18).
+
+The PostgreSQL statement scores BM25 from `term_postings` rows: each query term's postings
+in the scope are read, each posting's part computed and the parts summed per document, all
+in SQL (~3-4 ms at 100k chunks, growing with the matches). Held in process as arrays, the
+same arithmetic is a few vector operations over the same postings. This module holds one
+project's postings (its content-column lexemes only) and computes the ranking of a scope
+exactly as the statement does, operation by operation in float64, so the scores are the
+statement's to the last bit:
+
+    part = ln(1 + (N - df + 0.5) / (df + 0.5)) * tf * (k1 + 1)
+           / (tf + k1 * (1 - b + b * dl / avgdl))
+    score = the parts summed in term order (`k`: byte order of the lexemes)
+
+with N and avgdl the scope's (summed lexical_stats), df a term's documents in the scope, a
+prefix term holding every lexeme it starts (tf that of the exact lexeme, 1 when a document
+holds only longer ones). Membership is counted, as FTS_TIERED_BY_COUNT does: a document
+holding `strict_at` terms is tier 1, one holding fewer is tier 0 and listed only when the
+query has a relaxed form (`any_term`).
+
+Pure: the stores load the arrays and check, in their statement, that what this computed
+from is what the database holds (generations, statistics, the query's parsed terms, idf).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from numpy.typing import NDArray
+
+PREFIX_END = chr(0x10FFFF)  # lexemes with a prefix p lie in [p, p + PREFIX_END), as in SQL
+KEY_OVERHEAD = 96  # bytes a document's key costs besides the arrays, as Python holds it
+
+
+@dataclass(frozen=True)
+class ProjectPostings:
+    """One project's postings at one generation: documents in identity order (kind, then
+    row id, byte order), lexemes in byte order, each lexeme's documents ascending."""
+
+    generation: int
+    n: int  # documents (lexical_stats.n)
+    sum_dl: int  # their summed lengths (lexical_stats.sum_dl)
+    kinds: list[str]
+    row_ids: list[str]
+    lengths: NDArray[np.float64]  # each document's length, dl
+    vocabulary: list[str]
+    starts: NDArray[np.int64]  # lexeme i's postings: docs[starts[i]:starts[i + 1]]
+    docs: NDArray[np.int32]
+    tfs: NDArray[np.float64]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = self.lengths.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
+        words = sum(len(w) + 56 for w in self.vocabulary)
+        return int(arrays) + words + KEY_OVERHEAD * len(self.kinds)
+
+    def term(self, lexeme: str, prefix: bool) -> tuple[NDArray[np.int32], NDArray[np.float64]]:
+        """The documents holding the term and its tf in each (see the module docstring)."""
+        at = bisect.bisect_left(self.vocabulary, lexeme)
+        exact = at < len(self.vocabulary) and self.vocabulary[at] == lexeme
+        if not prefix:
+            if not exact:
+                return _NO_DOCS, _NO_TFS
+            return (self.docs[self.starts[at]:self.starts[at + 1]],
+                    self.tfs[self.starts[at]:self.starts[at + 1]])
+        end = bisect.bisect_left(self.vocabulary, lexeme + PREFIX_END, at)
+        if end == at:
+            return _NO_DOCS, _NO_TFS
+        if end == at + 1 and exact:
+            return (self.docs[self.starts[at]:self.starts[at + 1]],
+                    self.tfs[self.starts[at]:self.starts[at + 1]])
+        docs = np.unique(self.docs[self.starts[at]:self.starts[end]])
+        tfs = np.ones(len(docs), dtype=np.float64)
+        if exact:
+            own = self.docs[self.starts[at]:self.starts[at + 1]]
+            tfs[np.searchsorted(docs, own)] = self.tfs[self.starts[at]:self.starts[at + 1]]
+        return docs.astype(np.int32, copy=False), tfs
+
+
+_NO_DOCS = np.empty(0, dtype=np.int32)
+_NO_TFS = np.empty(0, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Term:
+    lexeme: str
+    prefix: bool
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A scope's lexical ranking: the listed documents in page order (scope position of
+    the project, document index), their scores and tiers, and what the statement checks."""
+
+    positions: NDArray[np.int64]  # index into the scope's projects
+    documents: NDArray[np.int64]  # index into that project's documents
+    scores: NDArray[np.float64]
+    tiers: NDArray[np.int64]
+    total: int
+    top: float | None
+    relaxed: bool
+    n: float
+    avgdl: float
+    dfs: list[float]
+    idfs: list[float]
+
+
+def scope_avgdl(n: int, sum_dl: int) -> float:
+    """avgdl as SCOPE_STATS computes it: sum_dl / n, 1 when either is 0 (the statement
+    checks that its own division agrees)."""
+    if n == 0 or sum_dl == 0:
+        return 1.0
+    return float(Fraction(sum_dl, n))
+
+
+def rank(
+    scope: list[ProjectPostings],
+    terms: list[Term],
+    k1: float,
+    b: float,
+    strict_at: int,
+    any_term: bool,
+    wanted: int,
+) -> Ranking:
+    """The scope's documents holding the terms, the first `wanted` in page order (tier,
+    score descending, then identity: scope projects ascending, documents in their order),
+    with the exact total, top score and relaxation flag of the whole list."""
+    n_docs = sum(p.n for p in scope)
+    n = float(n_docs)
+    avgdl = scope_avgdl(n_docs, sum(p.sum_dl for p in scope))
+    offsets = np.cumsum([0] + [len(p.kinds) for p in scope], dtype=np.int64)
+    size = int(offsets[-1])
+    scores = np.zeros(size, dtype=np.float64)
+    hits = np.zeros(size, dtype=np.int64)
+    lengths = np.concatenate([p.lengths for p in scope]) if scope else _NO_TFS
+    dfs, idfs = [], []
+    held = [[p.term(t.lexeme, t.prefix) for p in scope] for t in terms]
+    for per_project in held:
+        df = float(sum(len(docs) for docs, _ in per_project))
+        idf = math.log(1.0 + (((n - df) + 0.5) / (df + 0.5)))
+        dfs.append(df)
+        idfs.append(idf)
+        if df == 0:
+            continue
+        at = np.concatenate([docs.astype(np.int64) + offsets[i]
+                             for i, (docs, _) in enumerate(per_project)])
+        tf = np.concatenate([tfs for _, tfs in per_project])
+        dl = lengths[at]
+        part = ((idf * tf) * (k1 + 1.0)) / (tf + k1 * ((1.0 - b) + ((b * dl) / avgdl)))
+        scores[at] += part
+        hits[at] += 1
+    listed = np.flatnonzero(hits > 0) if any_term else np.flatnonzero(hits >= strict_at)
+    tiers = (hits[listed] >= strict_at).astype(np.int64)
+    listed_scores = scores[listed]
+    total = len(listed)
+    top = float(listed_scores.max()) if total else None
+    relaxed = bool(total and tiers.min() == 0)
+    order = _first(listed_scores, tiers, wanted)
+    chosen = listed[order]
+    position = np.searchsorted(offsets, chosen, side="right") - 1
+    return Ranking(
+        positions=position.astype(np.int64),
+        documents=chosen - offsets[position],
+        scores=listed_scores[order],
+        tiers=tiers[order],
+        total=total, top=top, relaxed=relaxed, n=n, avgdl=avgdl, dfs=dfs, idfs=idfs,
+    )
+
+
+def _first(scores: NDArray[np.float64], tiers: NDArray[np.int64], wanted: int) -> NDArray[np.intp]:
+    """Positions of the first `wanted` by (tier desc, score desc, position asc)."""
+    if wanted <= 0 or not len(scores):
+        return np.empty(0, dtype=np.intp)
+    upper = np.flatnonzero(tiers > 0)
+    if len(upper) >= wanted:
+        return _best(scores, upper, wanted)
+    lower = np.flatnonzero(tiers == 0)
+    return np.concatenate([_best(scores, upper, len(upper)),
+                           _best(scores, lower, wanted - len(upper))])
+
+
+def _best(scores: NDArray[np.float64], among: NDArray[np.intp], wanted: int) -> NDArray[np.intp]:
+    """The `wanted` best of `among` (ascending positions) by score desc, then position."""
+    if wanted <= 0 or not len(among):
+        return np.empty(0, dtype=np.intp)
+    values = scores[among]
+    if len(among) > wanted:
+        # Everything tied with the wanted-th score stays, so position decides the cut.
+        cut = -np.partition(-values, wanted - 1)[wanted - 1]
+        keep = values >= cut
+        among, values = among[keep], values[keep]
+    order = np.lexsort((among, -values))
+    return among[order][:wanted]

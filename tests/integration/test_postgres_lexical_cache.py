@@ -1,0 +1,124 @@
+"""FTS pages ranked from the PostgreSQL store's in-process postings equal the SQL ranking.
+
+The lexical cache (service.store.postgres.lexical_cache) ranks an unfiltered FTS search in
+process and the statement uses that ranking only when everything it came from is what the
+statement's own snapshot holds. The promise checked here: whatever writes, rewrites,
+deletions and project deletions happened, by this store or by another one on the same
+database, every FTS page (documents, order, BM25 scores, normalised scores, exact total,
+relaxation flag) equals the page the SQL path computes, bit for bit; and the in-process
+ranking really serves most of them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from service.embeddings.deterministic import DeterministicEmbedder
+from service.projects.lexical import compile_query
+from service.store.base import Mode, SearchPage
+from service.store.postgres.lexical_cache import predict_shape
+from tests.integration.conftest import Corpus, Doc, fresh_backend
+
+pytestmark = pytest.mark.postgres
+
+# Stems shared by several words, prefixes of other words, numbers, a stopword.
+WORDS = (
+    "deploy", "deployed", "deploying", "deployment", "freeze", "frozen", "freezer", "window",
+    "windows", "win", "winter", "star", "stars", "starting", "stardust", "start", "2024",
+    "2025", "202", "orbit", "orbital", "the", "release", "released",
+)
+QUERIES = (
+    "deploy", "deploy freeze", "star", "win window", "the deployment of windows",
+    "2024 release", "frozen stardust orbit", "deploy OR freeze", "star -window",
+    '"deploy freeze"', "nothingmatches", "starting win 2025 released orbit",
+    "organization", "what is the orbit",
+)
+
+
+@pytest_asyncio.fixture
+async def pair(
+    request: pytest.FixtureRequest, tmp_path: object, embedder: DeterministicEmbedder
+) -> AsyncIterator[tuple[Corpus, Corpus]]:
+    """Two stores on one fresh PostgreSQL database: one ranks from its lexical cache."""
+    async with fresh_backend("postgres", request, tmp_path) as backend:  # type: ignore[arg-type]
+        fast = await backend.open(embedder.identity, lexical_cache_bytes=64 << 20)
+        plain = await backend.open(embedder.identity, lexical_cache_bytes=0)
+        try:
+            yield Corpus(fast, embedder, "acme"), Corpus(plain, embedder, "acme")
+        finally:
+            await plain.close()
+            await fast.close()
+
+
+def _text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 9)))
+
+
+def _page(page: SearchPage) -> tuple[object, ...]:
+    hits = tuple(
+        (h.project_id, h.kind, h.row_id, h.score, h.fts_score, h.fts_normalized)
+        for h in page.hits
+    )
+    return hits, page.total, page.relaxed
+
+
+async def _compare(fast: Corpus, plain: Corpus, scopes: list[list[int]]) -> None:
+    for text in QUERIES:
+        for scope in scopes:
+            for limit, offset in ((10, 0), (3, 2), (100, 0)):
+                got = await fast.search(scope, Mode.FTS, text, limit=limit, offset=offset)
+                want = await plain.search(scope, Mode.FTS, text, limit=limit, offset=offset)
+                assert _page(got) == _page(want), (text, scope, limit, offset)
+
+
+def test_plain_words_are_predicted_and_operators_are_left_to_sql() -> None:
+    shape = predict_shape(compile_query("the deployment of windows"))
+    assert shape is not None
+    assert [(t.lexeme, t.prefix) for t in shape.terms] == [("deploy", True), ("window", True)]
+    assert (shape.strict_at, shape.any_term) == (2, True)
+    one = predict_shape(compile_query("star"))
+    assert one is not None
+    assert (one.strict_at, one.any_term) == (1, False)
+    for text in ("deploy OR freeze", "star -window", '"deploy freeze"', "el/1 thing"):
+        shape = predict_shape(compile_query(text))
+        assert shape is None or text == "deploy OR freeze", text
+
+
+async def test_fast_pages_equal_sql_pages_through_random_writes(
+    pair: tuple[Corpus, Corpus],
+) -> None:
+    fast, plain = pair
+    rng = random.Random(18)
+    projects = [(await fast.project(f"p{i}")).project_id for i in range(3)]
+    for project in projects:
+        plain.owners[project] = fast.tenant
+    rows: dict[int, list[str]] = {p: [] for p in projects}
+    for project in projects:
+        docs = [Doc("note", str(i), _text(rng), title=_text(rng)) for i in range(40)]
+        rows[project] = [d.row_id for d in docs]
+        await fast.write(project, docs)
+    scopes = [projects, projects[:1], projects[1:]]
+    await _compare(fast, plain, scopes)
+    for round_ in range(6):
+        writer = fast if round_ % 2 else plain  # the other store is another process
+        project = rng.choice(projects)
+        action = rng.choice(("rewrite", "add", "delete"))
+        if action == "delete" and rows[project]:
+            gone = rng.sample(rows[project], min(3, len(rows[project])))
+            await writer.store.delete_documents(fast.tenant, project, [("note", r) for r in gone])
+            rows[project] = [r for r in rows[project] if r not in gone]
+        else:
+            ids = (rng.sample(rows[project], min(5, len(rows[project]))) if action == "rewrite"
+                   else [f"n{round_}-{i}" for i in range(5)])
+            await writer.write(project, [Doc("note", r, _text(rng)) for r in ids])
+            rows[project] = sorted(set(rows[project]) | set(ids))
+        await _compare(fast, plain, scopes)
+    cache = fast.store._lexical_cache  # type: ignore[attr-defined]
+    print("served", cache.served, "fallbacks", cache.stats())
+    assert cache.served > 100, cache.served
+    await fast.store.delete_project(fast.tenant, projects[0])
+    await _compare(fast, plain, [projects[1:]])
