@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -51,34 +51,35 @@ class ProjectPostings:
     starts: NDArray[np.int64]  # lexeme i's postings: docs[starts[i]:starts[i + 1]]
     docs: NDArray[np.int32]
     tfs: NDArray[np.float64]
+    positions: dict[str, int] = field(default_factory=dict)  # lexeme -> its index
+
+    def __post_init__(self) -> None:
+        if not self.positions:
+            self.positions.update((word, i) for i, word in enumerate(self.vocabulary))
 
     @property
     def nbytes(self) -> int:
         arrays = self.lengths.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
-        words = sum(len(w) + 56 for w in self.vocabulary)
+        words = sum(len(w) + 160 for w in self.vocabulary)  # the string, its list and dict slots
         return int(arrays) + words + KEY_OVERHEAD * len(self.kinds)
 
-    def term(self, lexeme: str, prefix: bool) -> tuple[NDArray[np.int32], NDArray[np.float64]]:
-        """The documents holding the term and its tf in each (see the module docstring)."""
-        at = bisect.bisect_left(self.vocabulary, lexeme)
-        exact = at < len(self.vocabulary) and self.vocabulary[at] == lexeme
-        if not prefix:
-            if not exact:
-                return _NO_DOCS, _NO_TFS
-            return (self.docs[self.starts[at]:self.starts[at + 1]],
-                    self.tfs[self.starts[at]:self.starts[at + 1]])
-        end = bisect.bisect_left(self.vocabulary, lexeme + PREFIX_END, at)
-        if end == at:
-            return _NO_DOCS, _NO_TFS
-        if end == at + 1 and exact:
-            return (self.docs[self.starts[at]:self.starts[at + 1]],
-                    self.tfs[self.starts[at]:self.starts[at + 1]])
-        docs = np.unique(self.docs[self.starts[at]:self.starts[end]])
-        tfs = np.ones(len(docs), dtype=np.float64)
-        if exact:
-            own = self.docs[self.starts[at]:self.starts[at + 1]]
-            tfs[np.searchsorted(docs, own)] = self.tfs[self.starts[at]:self.starts[at + 1]]
-        return docs.astype(np.int32, copy=False), tfs
+    def span(self, lexeme: str, prefix: bool) -> tuple[int, int, bool]:
+        """The vocabulary range a term holds (one lexeme, or every lexeme a prefix starts)
+        and whether its first lexeme is the term's own."""
+        words = self.vocabulary
+        at = self.positions.get(lexeme)
+        if at is None:
+            if not prefix:
+                return 0, 0, False
+            at = bisect.bisect_left(words, lexeme)
+            if at == len(words) or not words[at].startswith(lexeme):
+                return at, at, False
+            exact = False
+        else:
+            exact = True
+            if not prefix or at + 1 == len(words) or not words[at + 1].startswith(lexeme):
+                return at, at + 1, True
+        return at, bisect.bisect_left(words, lexeme + PREFIX_END, at), exact
 
 
 _NO_DOCS = np.empty(0, dtype=np.int32)
@@ -138,17 +139,14 @@ def rank(
     hits = np.zeros(size, dtype=np.int64)
     lengths = np.concatenate([p.lengths for p in scope]) if scope else _NO_TFS
     dfs, idfs = [], []
-    held = [[p.term(t.lexeme, t.prefix) for p in scope] for t in terms]
-    for per_project in held:
-        df = float(sum(len(docs) for docs, _ in per_project))
+    for term in terms:
+        at, tf = _postings(scope, offsets, term)
+        df = float(len(at))
         idf = math.log(1.0 + (((n - df) + 0.5) / (df + 0.5)))
         dfs.append(df)
         idfs.append(idf)
-        if df == 0:
+        if not len(at):
             continue
-        at = np.concatenate([docs.astype(np.int64) + offsets[i]
-                             for i, (docs, _) in enumerate(per_project)])
-        tf = np.concatenate([tfs for _, tfs in per_project])
         dl = lengths[at]
         part = ((idf * tf) * (k1 + 1.0)) / (tf + k1 * ((1.0 - b) + ((b * dl) / avgdl)))
         scores[at] += part
@@ -169,6 +167,48 @@ def rank(
         tiers=tiers[order],
         total=total, top=top, relaxed=relaxed, n=n, avgdl=avgdl, dfs=dfs, idfs=idfs,
     )
+
+
+def _postings(
+    scope: list[ProjectPostings], offsets: NDArray[np.int64], term: Term
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """The scope documents (positions in the scope) holding `term`, each once, and its tf in
+    each: the exact lexeme's, 1 for a document holding only longer lexemes of a prefix."""
+    docs: list[NDArray[np.int32]] = []
+    tfs: list[NDArray[np.float64]] = []
+    bases: list[int] = []
+    sizes: list[int] = []
+    spread = False  # some project's range spans several lexemes: its documents repeat
+    for index, postings in enumerate(scope):
+        low, high, exact = postings.span(term.lexeme, term.prefix)
+        if low == high:
+            continue
+        first, last = int(postings.starts[low]), int(postings.starts[high])
+        docs.append(postings.docs[first:last])
+        bases.append(int(offsets[index]))
+        sizes.append(last - first)
+        if high - low == 1:
+            tfs.append(postings.tfs[first:last] if exact else np.ones(last - first))
+            continue
+        spread = True
+        # Only the exact lexeme's tf counts (its postings come first); the rest count 1 and
+        # are overwritten by the exact ones below where a document holds both.
+        tf = np.ones(last - first)
+        if exact:
+            cut = int(postings.starts[low + 1])
+            tf[: cut - first] = postings.tfs[first:cut]
+        tfs.append(tf)
+    if not docs:
+        return np.empty(0, dtype=np.int64), _NO_TFS
+    at = np.concatenate(docs).astype(np.int64) + np.repeat(bases, sizes)
+    tf = np.concatenate(tfs)
+    if not spread:
+        return at, tf
+    # A document once, with the largest tf offered for it: the exact lexeme's (>= 1), or 1.
+    dense = np.zeros(int(offsets[-1]), dtype=np.float64)
+    np.maximum.at(dense, at, tf)
+    held = np.flatnonzero(dense)
+    return held, dense[held]
 
 
 def _first(scores: NDArray[np.float64], tiers: NDArray[np.int64], wanted: int) -> NDArray[np.intp]:

@@ -11,10 +11,11 @@ and uses them only when all of it is what the statement itself sees:
 
 - the scope's generations and statistics (N, avgdl) in its snapshot, and every scope
   project the tenant's;
-- the query's terms as PostgreSQL parsed them (lexemes, prefixes, the counted shape:
-  `strict_at`, `any_term`), predicted here from the compiled tsquery text with the Snowball
-  English stemmer: a word PostgreSQL stems otherwise (21 of 14,443 words measured against
-  PostgreSQL 18) only sends the search down the SQL path;
+- the query as PostgreSQL parsed it: its rendering of the parsed strict and relaxed forms,
+  predicted here from the compiled tsquery text with the Snowball English stemmer (PyStemmer) (the
+  rendering fixes the lexemes, the prefixes and the counted shape); a word PostgreSQL stems
+  otherwise (21 of 14,443 words measured against PostgreSQL 18) only sends the search down
+  the SQL path;
 - each term's idf recomputed in SQL from the document counts (the same `ln` the SQL path
   uses).
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import snowballstemmer
+import Stemmer
 
 from service.projects.lexical import LexicalQuery
 from service.projects.lexical_tokens import POSTGRES_ENGLISH_STOPWORDS
@@ -79,7 +80,7 @@ _AND = re.compile(r"^\(?\s*T(\s*&\s*T)*\s*\)?$")
 _OR = re.compile(r"^\(?\s*T(\s*\|\s*T)*\s*\)?$")
 _WORD = re.compile(r"[a-z]+")
 _NUMBER = re.compile(r"[0-9]+")
-_STEMMER = snowballstemmer.stemmer("english")
+_STEMMER = Stemmer.Stemmer("english")
 
 
 class Reader(Protocol):
@@ -96,6 +97,8 @@ class Shape:
     terms: tuple[Term, ...]
     strict_at: int
     any_term: bool
+    words: str  # the strict form as PostgreSQL renders the parsed tsquery (`::text`)
+    relaxed_words: str | None  # the relaxed form, likewise
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,12 @@ def _lexeme(word: str) -> str | None:
     if _WORD.fullmatch(word) and word not in POSTGRES_ENGLISH_STOPWORDS:
         return str(_STEMMER.stemWord(word))
     return None
+
+
+def _rendered(operator: str, terms: list[tuple[str, bool]]) -> str:
+    """A flat AND / OR of terms as PostgreSQL prints a tsquery."""
+    joint = " & " if operator == "and" else " | "
+    return joint.join(f"'{lexeme}'" + (":*" if prefix else "") for lexeme, prefix in terms)
 
 
 def _form(text: str) -> tuple[str, list[tuple[str, bool]]] | None:
@@ -164,7 +173,10 @@ def predict_shape(lexical: LexicalQuery | None) -> Shape | None:
     ordered = sorted(prefixes, key=lambda lexeme: lexeme.encode())
     terms = tuple(Term(lexeme, next(iter(prefixes[lexeme]))) for lexeme in ordered)
     strict_at = len(terms) if strict[0] == "and" else 1
-    return Shape(terms, strict_at, relaxed is not None)
+    return Shape(
+        terms, strict_at, relaxed is not None, _rendered(*strict),
+        _rendered(*relaxed) if relaxed else None,
+    )
 
 
 class PgLexicalCache:

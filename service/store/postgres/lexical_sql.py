@@ -188,22 +188,20 @@ fts AS MATERIALIZED (
       AND NOT (SELECT by_count FROM lex_shape)
 ),"""  # noqa: S608 - only constant fragments are interpolated
 # The in-process ranking (lexical_cache.py) is used only when what it was computed from is
-# what this snapshot holds: the scope (all the tenant's) at the same generations, the same
-# N and avgdl, the query parsed into the same terms and counted shape, and each term's idf
-# the same when computed here from the ranking's document counts (with TERM_TF's
-# expression). `gens` goes back to the cache with the page, so postings that moved on are
-# read again. With `ok`, `term_tf` reads no posting and `fts` is the ranking's first rows;
-# FTS_SUMMARY_FAST takes the whole list's top, total and relaxation from the ranking.
+# what this snapshot holds: the query parsed into the forms it predicted (PostgreSQL's own
+# rendering of the parsed tsqueries, which fixes the lexemes, prefixes and the counted
+# shape), the scope (all the tenant's) at the same generations, the same N and avgdl, and
+# each term's idf the same when computed here from the ranking's document counts (with
+# TERM_TF's expression). `gens` goes back to the cache with the page, so postings that moved
+# on are read again. With `ok`, `term_tf` reads no posting, the SQL arms of `fts` are
+# skipped before their shape checks, and `fts` is the ranking's first rows; FTS_SUMMARY_FAST
+# takes the whole list's top, total and relaxation from the ranking.
 LEX_FAST = """
 lex_fast AS MATERIALIZED (
     SELECT COALESCE(
-               (SELECT by_count AND strict_at = :fast_strict_at::bigint
-                       AND any_term = :fast_any::bool FROM lex_shape)
-               AND NOT (SELECT relaxed_always FROM lex)
-               AND (SELECT array_agg(lexeme::text ORDER BY k) = :fast_terms::text[]
-                           AND array_agg(prefix ORDER BY k) = :fast_prefix::bool[]
-                           AND bool_and(chan = 0)
-                    FROM qterms)
+               l.q_words::text = :fast_words::text
+               AND l.q_relaxed::text IS NOT DISTINCT FROM :fast_relaxed_words::text
+               AND l.q_script IS NULL AND NOT l.relaxed_always
                AND (SELECT ids FROM owned) = :scope::bigint[]
                AND g.gens = :fast_gens::bigint[]
                AND (SELECT n = :fast_n::float8 AND avgdl = :fast_avgdl::float8 FROM stats)
@@ -213,7 +211,8 @@ lex_fast AS MATERIALIZED (
                    = :fast_idf::float8[],
                false) AS ok,
            g.gens
-    FROM (
+    FROM lex AS l
+    CROSS JOIN (
         SELECT array_agg(COALESCE(s.vgen, 0) ORDER BY e.project_id) AS gens
         FROM unnest(:scope::bigint[]) AS e(project_id)
         LEFT JOIN lexical_stats AS s ON s.project_id = e.project_id
@@ -221,14 +220,24 @@ lex_fast AS MATERIALIZED (
 ),"""
 FAST_GATE = """
     WHERE NOT (SELECT ok FROM lex_fast)"""
-FTS_FAST_ARM = """
+# FTS_TIERED_BY_COUNT with the fast rows as a third arm; `NOT ok` comes first in each SQL
+# arm's one-time condition, so with `ok` the shape checks (LEX_SHAPE) never run.
+FTS_TIERED_FAST = f"""
+fts AS MATERIALIZED (
+    SELECT s.project_id, s.kind, s.row_id, s.score AS fts_score,
+           CASE WHEN s.hits >= (SELECT strict_at FROM lex_shape) THEN 1 ELSE 0 END AS tier
+    FROM scores AS s
+    WHERE NOT (SELECT ok FROM lex_fast) AND (SELECT by_count FROM lex_shape)
+      AND ((SELECT any_term FROM lex_shape) OR s.hits >= (SELECT strict_at FROM lex_shape))
+    UNION ALL{FTS_BY_MATCH}
+      AND NOT (SELECT ok FROM lex_fast) AND NOT (SELECT by_count FROM lex_shape)
     UNION ALL
     SELECT f.project_id, f.kind, f.row_id, f.score, f.tier
     FROM unnest(:fast_projects::bigint[], :fast_kinds::text[], :fast_rows::text[],
                 :fast_scores::float8[], :fast_tiers::int[])
          AS f(project_id, kind, row_id, score, tier)
-    WHERE (SELECT ok FROM lex_fast)"""
-FTS_TIERED_FAST = FTS_TIERED_BY_COUNT.removesuffix("\n),") + FTS_FAST_ARM + "\n),"
+    WHERE (SELECT ok FROM lex_fast)
+),"""  # noqa: S608 - only constant fragments are interpolated
 LEX_GENS = "(SELECT gens FROM lex_fast)"
 LEX_USED = "(SELECT ok FROM lex_fast)"
 RELAXED_FLAG = "((SELECT relaxed_always FROM lex) OR EXISTS (SELECT 1 FROM fts WHERE tier = 0))"

@@ -71,10 +71,8 @@ def _lexical(
 def _fast_bindings(fast: Proposal) -> dict[str, Any]:
     ranking, projects = fast.ranking, fast.keys[0]
     return {
-        "fast_strict_at": fast.shape.strict_at,
-        "fast_any": fast.shape.any_term,
-        "fast_terms": [t.lexeme for t in fast.shape.terms],
-        "fast_prefix": [t.prefix for t in fast.shape.terms],
+        "fast_words": fast.shape.words,
+        "fast_relaxed_words": fast.shape.relaxed_words,
         "fast_gens": fast.generations,
         "fast_n": ranking.n,
         "fast_avgdl": ranking.avgdl,
