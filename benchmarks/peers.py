@@ -273,6 +273,8 @@ async def _run(
             await interleave(series, queries, budget)
             seconds = time.perf_counter() - started
             load_after = os.getloadavg()
+            if statement is not None and statement.counters():
+                log(f"statement runner: {statement.counters()}")
     finally:
         if statement is not None:
             await statement.close()

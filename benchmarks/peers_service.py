@@ -110,6 +110,10 @@ class Statement(Protocol):
         """Release the connection."""
         ...
 
+    def counters(self) -> str:
+        """What the runner's caches did (for the log), or ''."""
+        ...
+
 
 def _builder(module: object, name: str) -> Any:
     # Looked up at run time: the builder is internal and is being reshaped (see the
@@ -156,6 +160,10 @@ class SqliteStatement:
         self._checker.close()
         self._conn.close()
 
+    def counters(self) -> str:
+        """Nothing to report."""
+        return ""
+
 
 class PostgresStatement:
     """`service.store.postgres.search.run_search(conn, plan, timeout, cache, lexical)` on an
@@ -191,8 +199,9 @@ class PostgresStatement:
 
         conn = await asyncpg.connect(dsn, server_settings=server_settings(PoolSettings()))
         await init_connection(conn)
-        return cls(conn, search, Conn(conn, ()), PgVectorCache(cache_bytes),
-                   PgLexicalCache(lexical_bytes))
+        lexical = PgLexicalCache(lexical_bytes)
+        await lexical.warm(conn)  # as the store does when it opens
+        return cls(conn, search, Conn(conn, ()), PgVectorCache(cache_bytes), lexical)
 
     async def run(self, plan: SearchPlan) -> float:
         """The store's run_search on this connection: candidates, then the statement."""
@@ -205,6 +214,12 @@ class PostgresStatement:
     async def close(self) -> None:
         """Close the connection."""
         await self._conn.close()
+
+    def counters(self) -> str:
+        """Searches the statement ranked from the lexical cache, and the cache's figures."""
+        stats = self._lexical.stats()
+        return (f"lexical cache: {self._lexical.served} searches ranked in process, "
+                f"{stats.fallbacks} by SQL after a proposal, {stats.loads} project loads")
 
 
 async def open_statement(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -53,9 +54,19 @@ class ProjectPostings:
     tfs: NDArray[np.float64]
     positions: dict[str, int] = field(default_factory=dict)  # lexeme -> its index
 
+    documents: dict[tuple[str, str], int] = field(default_factory=dict)  # filled on demand
+
     def __post_init__(self) -> None:
         if not self.positions:
             self.positions.update((word, i) for i, word in enumerate(self.vocabulary))
+
+    def document(self, kind: str, row_id: str) -> int | None:
+        """The index of the document (kind, row_id), if the project holds it."""
+        if not self.documents and self.kinds:
+            self.documents.update(
+                (key, i) for i, key in enumerate(zip(self.kinds, self.row_ids, strict=True))
+            )
+        return self.documents.get((kind, row_id))
 
     @property
     def nbytes(self) -> int:
@@ -101,6 +112,7 @@ class Ranking:
     documents: NDArray[np.int64]  # index into that project's documents
     scores: NDArray[np.float64]
     tiers: NDArray[np.int64]
+    ranks: NDArray[np.int64]  # 1-based places in the whole list
     total: int
     top: float | None
     relaxed: bool
@@ -126,10 +138,13 @@ def rank(
     strict_at: int,
     any_term: bool,
     wanted: int,
+    also: Sequence[tuple[int, int]] = (),
 ) -> Ranking:
     """The scope's documents holding the terms, the first `wanted` in page order (tier,
     score descending, then identity: scope projects ascending, documents in their order),
-    with the exact total, top score and relaxation flag of the whole list."""
+    then those of `also` ((scope position, document index) pairs) that are listed further
+    down, each with its place in the whole list; and the exact total, top score and
+    relaxation flag of the whole list."""
     n_docs = sum(p.n for p in scope)
     n = float(n_docs)
     avgdl = scope_avgdl(n_docs, sum(p.sum_dl for p in scope))
@@ -158,6 +173,11 @@ def rank(
     top = float(listed_scores.max()) if total else None
     relaxed = bool(total and tiers.min() == 0)
     order = _first(listed_scores, tiers, wanted)
+    ranks = np.arange(1, len(order) + 1, dtype=np.int64)
+    if also and total:
+        extra = _places(listed, listed_scores, tiers, order, offsets, also)
+        order = np.concatenate([order, extra[0]])
+        ranks = np.concatenate([ranks, extra[1]])
     chosen = listed[order]
     position = np.searchsorted(offsets, chosen, side="right") - 1
     return Ranking(
@@ -165,8 +185,49 @@ def rank(
         documents=chosen - offsets[position],
         scores=listed_scores[order],
         tiers=tiers[order],
+        ranks=ranks,
         total=total, top=top, relaxed=relaxed, n=n, avgdl=avgdl, dfs=dfs, idfs=idfs,
     )
+
+
+def _places(
+    listed: NDArray[np.int64],
+    scores: NDArray[np.float64],
+    tiers: NDArray[np.int64],
+    first: NDArray[np.intp],
+    offsets: NDArray[np.int64],
+    also: Sequence[tuple[int, int]],
+) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+    """Indexes into `listed` of the `also` documents that are listed but not among `first`,
+    and their 1-based places in the whole list: the documents of a higher tier, of the same
+    tier with a higher score, and of the same tier and score before them by identity, plus
+    one. One sort of each tier's scores, not of the list."""
+    wanted = np.unique(np.asarray([int(offsets[p]) + d for p, d in also], dtype=np.int64))
+    at = np.searchsorted(listed, wanted)
+    inside = at < len(listed)
+    at = at[inside]
+    at = at[listed[at] == wanted[inside]]
+    at = np.setdiff1d(at, first)
+    if not len(at):
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.int64)
+    upper = tiers > 0
+    above = {1: 0, 0: int(upper.sum())}
+    ordered = {1: np.sort(scores[upper]), 0: np.sort(scores[~upper])}
+    places = np.empty(len(at), dtype=np.int64)
+    for i, index in enumerate(at.tolist()):
+        tier, score = int(tiers[index]), scores[index]
+        same = ordered[tier]
+        higher = len(same) - int(np.searchsorted(same, score, side="right"))
+        ties = int(np.searchsorted(same, score, side="right")) - int(
+            np.searchsorted(same, score, side="left")
+        )
+        before = 0
+        if ties > 1:  # equal scores of its tier: identity (position in `listed`) decides
+            before = int(np.count_nonzero(
+                (tiers[:index] == tier) & (scores[:index] == score)
+            ))
+        places[i] = above[tier] + higher + before + 1
+    return at.astype(np.intp), places
 
 
 def _postings(

@@ -110,6 +110,7 @@ class Proposal:
     generations: list[int]
     ranking: Ranking
     keys: tuple[list[int], list[str], list[str]]
+    complete: bool  # the whole list (else the first rows and the vector candidates')
 
 
 def _lexeme(word: str) -> str | None:
@@ -200,9 +201,14 @@ class PgLexicalCache:
         k1: float,
         b: float,
         wanted: int,
+        also: Sequence[tuple[int, str, str]] = (),
+        *,
+        complete: bool = False,
     ) -> Proposal | None:
-        """The scope's first `wanted` rows by the in-process ranking, loading the missing
-        projects; None when the scope cannot be held at once."""
+        """The scope's first `wanted` rows by the in-process ranking, and those of the
+        documents `also` ((project, kind, row id)) that are listed further down, each with
+        its place in the whole list; loading the missing projects; None when the scope
+        cannot be held at once. `complete`: the whole list, None if longer than `wanted`."""
         scope = sorted({int(p) for p in project_ids})
         held = self._held(scope)
         if held is None:
@@ -211,7 +217,18 @@ class PgLexicalCache:
         if held is None:
             self._fallbacks += 1
             return None
-        ranking = rank(held, list(shape.terms), k1, b, shape.strict_at, shape.any_term, wanted)
+        where = {project_id: i for i, project_id in enumerate(scope)}
+        extra = []
+        for project_id, kind, row_id in also:
+            position = where.get(project_id)
+            document = held[position].document(kind, row_id) if position is not None else None
+            if position is not None and document is not None:
+                extra.append((position, document))
+        ranking = rank(
+            held, list(shape.terms), k1, b, shape.strict_at, shape.any_term, wanted, extra
+        )
+        if complete and ranking.total > len(ranking.scores):
+            return None
         keys: tuple[list[int], list[str], list[str]] = ([], [], [])
         for position, document in zip(
             ranking.positions.tolist(), ranking.documents.tolist(), strict=True
@@ -220,7 +237,7 @@ class PgLexicalCache:
             keys[0].append(scope[position])
             keys[1].append(postings.kinds[document])
             keys[2].append(postings.row_ids[document])
-        return Proposal(shape, scope, [p.generation for p in held], ranking, keys)
+        return Proposal(shape, scope, [p.generation for p in held], ranking, keys, complete)
 
     async def warm(self, conn: Reader) -> int:
         """Read every project's postings that are missing or older than the project, while

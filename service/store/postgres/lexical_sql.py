@@ -208,7 +208,8 @@ lex_fast AS MATERIALIZED (
                AND (SELECT array_agg(ln(1.0 + ((SELECT n FROM stats) - u.df + 0.5) / (u.df + 0.5))
                                      ORDER BY u.o)
                     FROM unnest(:fast_df::float8[]) WITH ORDINALITY AS u(df, o))
-                   = :fast_idf::float8[],
+                   = :fast_idf::float8[]
+               AND {vector_ok},
                false) AS ok,
            g.gens
     FROM lex AS l
@@ -218,28 +219,40 @@ lex_fast AS MATERIALIZED (
         LEFT JOIN lexical_stats AS s ON s.project_id = e.project_id
     ) AS g
 ),"""
+# HYBRID: the rows passed are the ranking's first ones plus those of the vector candidates,
+# each with its place in the whole list, which is all RRF needs when the vector channel is
+# exactly those candidates (the cache's, used); otherwise (`:fast_complete`) the whole list.
+FAST_FOR_FTS = "true"
+FAST_FOR_HYBRID = """(:fast_complete::bool
+                    OR ((SELECT ok FROM cache_fresh)
+                        AND (SELECT n FROM vcount) > :exact_scan_limit::bigint))"""
 FAST_GATE = """
     WHERE NOT (SELECT ok FROM lex_fast)"""
 # FTS_TIERED_BY_COUNT with the fast rows as a third arm; `NOT ok` comes first in each SQL
 # arm's one-time condition, so with `ok` the shape checks (LEX_SHAPE) never run.
+_BY_MATCH_PLACED = FTS_BY_MATCH.replace(" END AS tier\n", " END AS tier, NULL::bigint AS place\n")
 FTS_TIERED_FAST = f"""
 fts AS MATERIALIZED (
     SELECT s.project_id, s.kind, s.row_id, s.score AS fts_score,
-           CASE WHEN s.hits >= (SELECT strict_at FROM lex_shape) THEN 1 ELSE 0 END AS tier
+           CASE WHEN s.hits >= (SELECT strict_at FROM lex_shape) THEN 1 ELSE 0 END AS tier,
+           NULL::bigint AS place
     FROM scores AS s
     WHERE NOT (SELECT ok FROM lex_fast) AND (SELECT by_count FROM lex_shape)
       AND ((SELECT any_term FROM lex_shape) OR s.hits >= (SELECT strict_at FROM lex_shape))
-    UNION ALL{FTS_BY_MATCH}
+    UNION ALL{_BY_MATCH_PLACED}
       AND NOT (SELECT ok FROM lex_fast) AND NOT (SELECT by_count FROM lex_shape)
     UNION ALL
-    SELECT f.project_id, f.kind, f.row_id, f.score, f.tier
+    SELECT f.project_id, f.kind, f.row_id, f.score, f.tier, f.place
     FROM unnest(:fast_projects::bigint[], :fast_kinds::text[], :fast_rows::text[],
-                :fast_scores::float8[], :fast_tiers::int[])
-         AS f(project_id, kind, row_id, score, tier)
+                :fast_scores::float8[], :fast_tiers::int[], :fast_places::bigint[])
+         AS f(project_id, kind, row_id, score, tier, place)
     WHERE (SELECT ok FROM lex_fast)
 ),"""  # noqa: S608 - only constant fragments are interpolated
 LEX_GENS = "(SELECT gens FROM lex_fast)"
 LEX_USED = "(SELECT ok FROM lex_fast)"
+RELAXED_FLAG_FAST = """((SELECT relaxed_always FROM lex)
+    OR CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_relaxed::bool
+            ELSE EXISTS (SELECT 1 FROM fts WHERE tier = 0) END)"""
 RELAXED_FLAG = "((SELECT relaxed_always FROM lex) OR EXISTS (SELECT 1 FROM fts WHERE tier = 0))"
 # FTS mode reads it from search_sql.FTS_SUMMARY instead, with the other totals of `fts`.
 RELAXED_SUMMARY = "((SELECT relaxed_always FROM lex) OR (SELECT relaxed FROM fts_summary))"

@@ -26,7 +26,9 @@ from service.store.postgres.lexical_cache import PgLexicalCache, Proposal, Shape
 from service.store.postgres.pool import Conn
 from service.store.postgres.vector_cache import Candidates, PgVectorCache
 
-KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
+KNN_MAX_K = 20_000
+# HYBRID without the vector cache's candidates passes the whole lexical list, up to this long.
+MAX_COMPLETE_ROWS = 5_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
 _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
@@ -44,12 +46,16 @@ def _lexical(
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
         return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
     gate = lx.FAST_GATE if fast is not None else ""
+    vector_ok = lx.FAST_FOR_FTS if plan.mode is Mode.FTS else lx.FAST_FOR_HYBRID
     postings = lx.TERM_TF.format(eligible=lx.ELIGIBLE_POSTINGS if filters else "", gate=gate)
     stats = lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS
     # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
     ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats]
     if fast is not None:
-        ctes += [lx.LEX_SHAPE, lx.LEX_FAST, postings, lx.BM25, lx.FTS_TIERED_FAST]
+        ctes += [
+            lx.LEX_SHAPE, lx.LEX_FAST.format(vector_ok=vector_ok), postings, lx.BM25,
+            lx.FTS_TIERED_FAST,
+        ]
     elif lexical.script_tsquery is None:
         # Words only: the tiers may be counted (LEX_SHAPE checks the parsed forms).
         ctes += [postings, lx.BM25, lx.LEX_SHAPE, lx.FTS_TIERED_BY_COUNT]
@@ -64,7 +70,10 @@ def _lexical(
     }
     if fast is not None:
         bindings.update(_fast_bindings(fast))
-    relaxed = lx.RELAXED_SUMMARY if plan.mode is Mode.FTS else lx.RELAXED_FLAG
+    if plan.mode is Mode.FTS:
+        relaxed = lx.RELAXED_SUMMARY
+    else:
+        relaxed = lx.RELAXED_FLAG_FAST if fast is not None else lx.RELAXED_FLAG
     return ctes, relaxed, bindings
 
 
@@ -83,6 +92,8 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
         "fast_rows": fast.keys[2],
         "fast_scores": ranking.scores.tolist(),
         "fast_tiers": ranking.tiers.tolist(),
+        "fast_places": ranking.ranks.tolist(),
+        "fast_complete": fast.complete,
         "fast_top": ranking.top,
         "fast_total": ranking.total,
         "fast_relaxed": ranking.relaxed,
@@ -90,9 +101,11 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
 
 
 def offers_fast(plan: SearchPlan) -> Shape | None:
-    """The predicted lexical shape when the lexical cache may rank this search: FTS mode,
-    no filters, a counted query of plain words."""
-    if plan.mode is not Mode.FTS or filter_sql(plan.filters)[0]:
+    """The predicted lexical shape when the lexical cache may rank this search: FTS, or
+    HYBRID fused by RRF, no filters, a counted query of plain words."""
+    if plan.mode is Mode.VECTOR or filter_sql(plan.filters)[0]:
+        return None
+    if plan.mode is Mode.HYBRID and plan.fusion is not Fusion.RRF:
         return None
     return predict_shape(plan.lexical)
 
@@ -106,11 +119,13 @@ def build(
     filters, bindings = filter_sql(plan.filters)
     ctes = [q.OWNED, q.ELIGIBLE.format(filters=filters)]
     relaxed, exact, cache = lx.RELAXED_NEVER, q.EXACT_ALWAYS, q.CACHE_NONE
+    lexical_ctes: list[str] = []
     if plan.mode is not Mode.VECTOR:
         lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters, fast)
-        ctes += lexical_ctes
         bindings.update(lexical_bindings)
     semantic = plan.mode is not Mode.FTS
+    if not semantic or fast is None:
+        ctes += lexical_ctes  # else after the vector channel's, whose freshness they read
     if semantic and plan.identity is not None:
         dims = int(plan.identity.dimensions)
         # Filters restrict the vector scans to eligible documents; without, the scope is enough.
@@ -126,12 +141,16 @@ def build(
         ]
         exact, cache = q.EXACT_BY_COUNT, q.CACHE_GENS
         bindings.update(_candidate_bindings(candidates))
+    if semantic and fast is not None:
+        ctes += lexical_ctes
     total = q.TOTAL_NONE
     if not semantic:
         # FTS: the top score, the total and the relaxation flag are one summary row.
         ctes.append(q.FTS_SUMMARY_FAST if fast is not None else q.FTS_SUMMARY)
         total = q.TOTAL_SUMMARY
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
+    if plan.mode is Mode.HYBRID and fast is not None:
+        scored = q.SCORED_RRF_FAST
     lex, used = (lx.LEX_GENS, lx.LEX_USED) if fast is not None else (q.CACHE_NONE, q.CACHE_NONE)
     meta = q.META.format(
         relaxed=relaxed, exact=exact, total=total, cache=cache, lex=lex, lex_used=used
@@ -208,13 +227,6 @@ async def run_search(
     search past `exact_scan_limit` offers the statement the cache's candidates (read on the
     same connection when a project's matrix must be loaded first); with a `lexical` cache,
     an FTS search offers its in-process ranking."""
-    fast = None
-    shape = offers_fast(plan) if lexical is not None and lexical.enabled else None
-    if shape is not None and lexical is not None:
-        fast = await lexical.propose(
-            conn, plan.project_ids, shape, float(plan.bm25_k1), float(plan.bm25_b),
-            plan.offset + plan.limit,
-        )
     candidates = None
     semantic = plan.mode is not Mode.FTS and plan.identity is not None
     if cache is not None and cache.enabled and semantic and plan.query_vector:
@@ -225,6 +237,11 @@ async def run_search(
             conn, plan.project_ids, plan.identity, plan.query_vector,
             knn_k(wanted, filtered, KNN_MAX_K), plan.exact_scan_limit,
         )
+    fast = None
+    if lexical is not None and lexical.enabled:
+        shape = offers_fast(plan)
+        if shape is not None:
+            fast = await _proposal(conn, plan, shape, lexical, candidates)
     sql, bindings = build(plan, candidates, fast)
     text, args = q.numbered(sql, bindings)
     rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
@@ -234,6 +251,29 @@ async def run_search(
         cache.observed(candidates.project_ids, list(rows[0]["cache_gens"]))
     return page_from_rows(plan, rows)
 
+
+
+async def _proposal(
+    conn: Conn,
+    plan: SearchPlan,
+    shape: Shape,
+    lexical: PgLexicalCache,
+    candidates: Candidates | None,
+) -> Proposal | None:
+    """The lexical cache's ranking for the statement: FTS, the page's rows; HYBRID, the
+    rows RRF can reach (the first page's worth plus the vector candidates' documents) when
+    the vector cache proposes candidates, else the whole list (if not too long)."""
+    k1, b = float(plan.bm25_k1), float(plan.bm25_b)
+    if plan.mode is Mode.FTS:
+        return await lexical.propose(conn, plan.project_ids, shape, k1, b, plan.offset + plan.limit)
+    wanted = plan.offset + plan.limit + 1
+    if candidates is None:
+        return await lexical.propose(
+            conn, plan.project_ids, shape, k1, b, MAX_COMPLETE_ROWS + 1, complete=True
+        )
+    projects, kinds, rows, _ = candidates.keys
+    also = list(dict.fromkeys(zip(projects, kinds, rows, strict=True)))
+    return await lexical.propose(conn, plan.project_ids, shape, k1, b, wanted, also)
 
 
 def page_from_rows(plan: SearchPlan, rows: list[Mapping[str, Any]]) -> SearchPage:
