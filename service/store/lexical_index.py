@@ -51,7 +51,7 @@ class ProjectPostings:
     vocabulary: list[str]
     starts: NDArray[np.int64]  # lexeme i's postings: docs[starts[i]:starts[i + 1]]
     docs: NDArray[np.int32]
-    tfs: NDArray[np.float64]
+    tfs: NDArray[np.uint16]  # PostgreSQL counts at most 256 positions of a lexeme
     positions: dict[str, int] = field(default_factory=dict)  # lexeme -> its index
 
     documents: dict[tuple[str, str], int] = field(default_factory=dict)  # filled on demand
@@ -211,22 +211,21 @@ def _places(
     if not len(at):
         return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.int64)
     upper = tiers > 0
-    above = {1: 0, 0: int(upper.sum())}
-    ordered = {1: np.sort(scores[upper]), 0: np.sort(scores[~upper])}
     places = np.empty(len(at), dtype=np.int64)
-    for i, index in enumerate(at.tolist()):
-        tier, score = int(tiers[index]), scores[index]
-        same = ordered[tier]
-        higher = len(same) - int(np.searchsorted(same, score, side="right"))
-        ties = int(np.searchsorted(same, score, side="right")) - int(
-            np.searchsorted(same, score, side="left")
-        )
-        before = 0
-        if ties > 1:  # equal scores of its tier: identity (position in `listed`) decides
-            before = int(np.count_nonzero(
-                (tiers[:index] == tier) & (scores[:index] == score)
-            ))
-        places[i] = above[tier] + higher + before + 1
+    for tier, same, above in ((1, upper, 0), (0, ~upper, int(upper.sum()))):
+        mine = tiers[at] == tier
+        if not mine.any():
+            continue
+        ordered = np.sort(scores[same])
+        own = scores[at[mine]]
+        right = np.searchsorted(ordered, own, side="right")
+        left = np.searchsorted(ordered, own, side="left")
+        found = above + (len(ordered) - right) + 1
+        for i in np.flatnonzero(right - left > 1).tolist():
+            # Equal scores in its tier: identity (position in `listed`) decides.
+            index = int(at[mine][i])
+            found[i] += int(np.count_nonzero((tiers[:index] == tier) & (scores[:index] == own[i])))
+        places[mine] = found
     return at.astype(np.intp), places
 
 
@@ -249,7 +248,8 @@ def _postings(
         bases.append(int(offsets[index]))
         sizes.append(last - first)
         if high - low == 1:
-            tfs.append(postings.tfs[first:last] if exact else np.ones(last - first))
+            tfs.append(postings.tfs[first:last].astype(np.float64) if exact
+                       else np.ones(last - first))
             continue
         spread = True
         # Only the exact lexeme's tf counts (its postings come first); the rest count 1 and
@@ -257,7 +257,7 @@ def _postings(
         tf = np.ones(last - first)
         if exact:
             cut = int(postings.starts[low + 1])
-            tf[: cut - first] = postings.tfs[first:cut]
+            tf[: cut - first] = postings.tfs[first:cut]  # (as float64)
         tfs.append(tf)
     if not docs:
         return np.empty(0, dtype=np.int64), _NO_TFS

@@ -74,7 +74,7 @@ def _page(page: SearchPage) -> tuple[object, ...]:
 
 # HYBRID: the whole scope scanned exactly (the whole lexical list is passed), or the vector
 # cache's nearest chunks (the first rows and the candidates' places are passed).
-SHAPES = (
+SHAPES: tuple[tuple[Mode, dict[str, int]], ...] = (
     (Mode.FTS, {}),
     (Mode.HYBRID, {"exact_scan_limit": 50_000}),
     (Mode.HYBRID, {"exact_scan_limit": 5}),

@@ -27,7 +27,7 @@ def _project(rng: random.Random, docs: int, words: list[str]) -> ProjectPostings
         lengths=np.asarray(lengths, dtype=np.float64), vocabulary=vocabulary,
         starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         docs=np.asarray([d for w in vocabulary for d in sorted(held[w])], dtype=np.int32),
-        tfs=np.asarray([held[w][d] for w in vocabulary for d in sorted(held[w])], dtype=np.float64),
+        tfs=np.asarray([held[w][d] for w in vocabulary for d in sorted(held[w])], dtype=np.uint16),
     )
 
 

@@ -44,8 +44,7 @@ from service.store.matrices import MatrixLru
 
 # A project's content postings, documents and generation in one statement (one snapshot).
 # Documents are numbered in identity order (kind, row id, byte order); postings come as
-# big-endian int4 document numbers and int2 tfs (tf <= 256), by lexeme (byte order), then
-# document.
+# big-endian int4 document numbers and tfs, by lexeme (byte order), then document.
 SELECT_PROJECT = """
 WITH d AS MATERIALIZED (
     SELECT kind, row_id, doc_len,
@@ -66,14 +65,14 @@ SELECT s.vgen, s.n, s.sum_dl,
        (SELECT COALESCE(array_agg(c ORDER BY lexeme), '{}') FROM v) AS counts,
        (SELECT COALESCE(string_agg(int4send(ord), ''::bytea ORDER BY lexeme, ord), ''::bytea)
         FROM p) AS docs,
-       (SELECT COALESCE(string_agg(int2send(tf::int2), ''::bytea ORDER BY lexeme, ord),
-                        ''::bytea)
+       (SELECT COALESCE(string_agg(int4send(tf), ''::bytea ORDER BY lexeme, ord), ''::bytea)
         FROM p) AS tfs
 FROM (SELECT 1) AS one
 LEFT JOIN lexical_stats AS s ON s.project_id = $1"""
 SELECT_GENERATIONS = "SELECT project_id, vgen FROM lexical_stats ORDER BY project_id"
 # A project larger than this is left to the SQL path (its arrays travel as one bytea each).
 MAX_PROJECT_POSTINGS = 50_000_000
+MAX_TF = 65_535  # tfs are held as uint16
 
 _TERM = re.compile(r"'((?:[^']|'')+)'(:\*)?")
 _AND = re.compile(r"^\(?\s*T(\s*&\s*T)*\s*\)?$")
@@ -307,6 +306,9 @@ class PgLexicalCache:
         counts = np.asarray(row["counts"], dtype=np.int64)
         if int(counts.sum()) > MAX_PROJECT_POSTINGS:
             return None
+        tfs = np.frombuffer(row["tfs"], dtype=">i4")
+        if len(tfs) and int(tfs.max()) > MAX_TF:
+            return None  # not written by this service (its tf is a position count, <= 256)
         postings = ProjectPostings(
             generation=int(row["vgen"] or 0),
             n=int(row["n"] or 0),
@@ -317,6 +319,6 @@ class PgLexicalCache:
             vocabulary=list(row["vocabulary"]),
             starts=np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)]),
             docs=np.frombuffer(row["docs"], dtype=">i4").astype(np.int32),
-            tfs=np.frombuffer(row["tfs"], dtype=">i2").astype(np.float64),
+            tfs=tfs.astype(np.uint16),
         )
         return postings if self._lru.put(project_id, postings) else None

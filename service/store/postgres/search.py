@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+import asyncpg
 
 from pgvector import Vector
 
@@ -26,6 +29,7 @@ from service.store.postgres.lexical_cache import PgLexicalCache, Proposal, Shape
 from service.store.postgres.pool import Conn
 from service.store.postgres.vector_cache import Candidates, PgVectorCache
 
+log = logging.getLogger("search.store.postgres")
 KNN_MAX_K = 20_000
 # HYBRID without the vector cache's candidates passes the whole lexical list, up to this long.
 MAX_COMPLETE_ROWS = 5_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
@@ -241,7 +245,11 @@ async def run_search(
     if lexical is not None and lexical.enabled:
         shape = offers_fast(plan)
         if shape is not None:
-            fast = await _proposal(conn, plan, shape, lexical, candidates)
+            try:
+                fast = await _proposal(conn, plan, shape, lexical, candidates)
+            except (asyncpg.PostgresError, OSError, ValueError):
+                # A cache that cannot read is only slower: the statement ranks in SQL.
+                log.warning("postgres lexical cache read failed", exc_info=True)
     sql, bindings = build(plan, candidates, fast)
     text, args = q.numbered(sql, bindings)
     rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
