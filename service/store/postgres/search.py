@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
-
 from pgvector import Vector
 
 from service import errors
