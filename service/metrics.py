@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from service.api.interceptor import CallObserver
-from service.store.base import StoreStats
+from service.store.base import LexicalCacheStats, StoreStats
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -110,6 +110,7 @@ class _StoreCollector(Collector):
         for backend, count in sorted(stats.reads.items()):
             reads.add_metric([backend], count)
         yield reads
+        yield from _lexical_cache(stats.lexical_cache)
         cache = stats.vector_cache
         if cache is None:
             return
@@ -131,3 +132,27 @@ class _StoreCollector(Collector):
              "PostgreSQL: or had changed): the index answered.", cache.fallbacks),
         ):
             yield CounterMetricFamily(f"search_vector_cache_{name}", help_text, value=value)
+
+
+def _lexical_cache(cache: LexicalCacheStats | None) -> Iterator[Metric]:
+    """The PostgreSQL store's in-process postings, when on."""
+    if cache is None:
+        return
+    yield GaugeMetricFamily(
+        "search_lexical_cache_bytes",
+        "Lexical postings held in memory (SEARCH_PG_LEXICAL_CACHE_MB is the budget).",
+        value=cache.bytes,
+    )
+    yield GaugeMetricFamily(
+        "search_lexical_cache_projects", "Projects whose postings are held.",
+        value=cache.projects,
+    )
+    for name, help_text, value in (
+        ("loads", "Project postings read from the database.", cache.loads),
+        ("evictions", "Projects dropped to stay within the budget.", cache.evictions),
+        ("served", "FTS / HYBRID searches ranked from the in-process postings.", cache.served),
+        ("fallbacks", "Searches offered an in-process ranking that the statement ranked in "
+         "SQL (a project had changed, or PostgreSQL parsed the query otherwise).",
+         cache.fallbacks),
+    ):
+        yield CounterMetricFamily(f"search_lexical_cache_{name}", help_text, value=value)

@@ -155,6 +155,19 @@ class VectorCacheStats:
 
 
 @dataclass(frozen=True)
+class LexicalCacheStats:
+    """The PostgreSQL store's in-process postings (service.store.postgres.lexical_cache)."""
+
+    projects: int
+    bytes: int
+    budget_bytes: int
+    loads: int  # projects read from the database (first use, or after a change)
+    evictions: int  # projects dropped to stay within the budget
+    served: int  # searches the statement ranked from the in-process ranking
+    fallbacks: int  # searches offered a ranking that the statement ranked in SQL instead
+
+
+@dataclass(frozen=True)
 class StoreStats:
     """What the metrics endpoint reads at scrape time (cheap, in memory, no statement)."""
 
@@ -162,6 +175,7 @@ class StoreStats:
     connections: int
     reads: Mapping[str, int]  # searches served, by backend: "primary" | "replica"
     vector_cache: VectorCacheStats | None = None
+    lexical_cache: LexicalCacheStats | None = None
 
 
 @dataclass(frozen=True)

@@ -132,10 +132,24 @@ async def test_postgres_pool_gauges(tmp_path: Path, request: pytest.FixtureReque
         env = {**METRICS, "SEARCH_DATABASE_URL": dsn}
         app = await stack.enter_async_context(running_server(tmp_path, env))
         channel = await stack.enter_async_context(channel_to(app))
-        await _index_two_notes(channel)
+        pid = await _index_two_notes(channel)
+        search = sgrpc.ProjectSearchServiceStub(channel)
+        for _ in range(2):  # ranked from the in-process postings (read once)
+            call = search.SearchProjects(
+                spb.SearchProjectsRequest(
+                    scope=spb.ProjectScope(project_ids=[pid]), text="comet",
+                    mode=spb.SEARCH_MODE_FTS,
+                )
+            )
+            pages = [page async for page in call]
+            assert len(pages[0].page.results) == 2
         text = await asyncio.to_thread(_scrape, app.metrics_port)
         assert _value(text, "search_db_pool_connections") >= 1.0
         assert _value(text, 'search_db_reads_total{backend="replica"}') == 0.0
+        assert _value(text, "search_lexical_cache_served_total") == 2.0
+        assert _value(text, "search_lexical_cache_fallbacks_total") == 0.0
+        assert _value(text, "search_lexical_cache_projects") == 1.0
+        assert _value(text, "search_lexical_cache_bytes") > 0.0
         assert await _value_when(app.metrics_port, "search_index_chunks_pending", 0.0) == 0.0
 
 

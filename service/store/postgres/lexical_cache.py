@@ -38,7 +38,7 @@ import Stemmer
 
 from service.projects.lexical import LexicalQuery
 from service.projects.lexical_tokens import POSTGRES_ENGLISH_STOPWORDS
-from service.store.base import VectorCacheStats
+from service.store.base import LexicalCacheStats
 from service.store.lexical_index import ProjectPostings, Ranking, Term, rank
 from service.store.matrices import MatrixLru
 
@@ -268,11 +268,11 @@ class PgLexicalCache:
             if found is not None and found.generation != generation:
                 self._lru.drop(project_id)
 
-    def stats(self) -> VectorCacheStats:
+    def stats(self) -> LexicalCacheStats:
         """What the metrics endpoint shows."""
-        return VectorCacheStats(
+        return LexicalCacheStats(
             len(self._lru), self._lru.bytes, self._lru.budget, self._lru.loads,
-            self._lru.evictions, self._fallbacks,
+            self._lru.evictions, self.served, self._fallbacks,
         )
 
     def _held(self, scope: list[int]) -> list[ProjectPostings] | None:

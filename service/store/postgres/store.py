@@ -324,7 +324,8 @@ class PostgresStore:
             in_use, size = in_use + replica_in_use, size + replica_size
             reads = dict(self._replicas.reads)
         cache = self._vector_cache.stats() if self._vector_cache.enabled else None
-        return StoreStats(in_use, size, reads, cache)
+        lexical = self._lexical_cache.stats() if self._lexical_cache.enabled else None
+        return StoreStats(in_use, size, reads, cache, lexical)
 
     async def pending_chunks(self) -> int:
         """Chunks of every tenant without a ready vector of the configured embedding."""
