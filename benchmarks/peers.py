@@ -275,6 +275,9 @@ async def _run(
             load_after = os.getloadavg()
             if statement is not None and statement.counters():
                 log(f"statement runner: {statement.counters()}")
+                for mode in (Mode.FTS, Mode.HYBRID):
+                    plans = [search_plan(settings, identity, q, mode) for q in queries]
+                    log(f"lexical cache, {mode.value}: {await statement.agreement(plans)}")
     finally:
         if statement is not None:
             await statement.close()

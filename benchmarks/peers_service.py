@@ -10,6 +10,7 @@ is optional, and a builder that is missing or refuses the plan is reported, not 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -114,6 +115,10 @@ class Statement(Protocol):
         """What the runner's caches did (for the log), or ''."""
         ...
 
+    async def agreement(self, plans: Sequence[SearchPlan]) -> str:
+        """Whether the in-process lexical ranking gave the SQL ranking's pages, or ''."""
+        ...
+
 
 def _builder(module: object, name: str) -> Any:
     # Looked up at run time: the builder is internal and is being reshaped (see the
@@ -162,6 +167,10 @@ class SqliteStatement:
 
     def counters(self) -> str:
         """Nothing to report."""
+        return ""
+
+    async def agreement(self, plans: Sequence[SearchPlan]) -> str:
+        """SQLite has no in-process lexical ranking."""
         return ""
 
 
@@ -214,6 +223,19 @@ class PostgresStatement:
     async def close(self) -> None:
         """Close the connection."""
         await self._conn.close()
+
+    async def agreement(self, plans: Sequence[SearchPlan]) -> str:
+        """Each plan's page from the lexical cache's ranking against the same page ranked in
+        SQL (same connection, same vector candidates): documents, order, every score, total
+        and relaxation."""
+        same = 0
+        for plan in plans:
+            pages = [
+                await self._search.run_search(self._pooled, plan, plan.timeout, self._cache, lex)
+                for lex in (self._lexical, None)
+            ]
+            same += pages[0] == pages[1]
+        return f"{same} of {len(plans)} pages identical to the SQL ranking's"
 
     def counters(self) -> str:
         """Searches the statement ranked from the lexical cache, and the cache's figures."""
