@@ -12,7 +12,6 @@ is not charged to the service.
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 import time
 from collections import Counter
@@ -164,12 +163,7 @@ class _World:
 
 def _child_cpu(child: ChildServer) -> float:
     """User + system CPU seconds of a child process (Linux /proc; 0 elsewhere)."""
-    try:
-        with open(f"/proc/{child._process.pid}/stat") as stat:  # servers.py has no pid yet
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return child.cpu_seconds()
 
 
 def _cpu_per_search(before: dict[str, float], after: dict[str, float], searches: int

@@ -192,6 +192,15 @@ class ChildServer:
         """host:port."""
         return f"127.0.0.1:{self._port}"
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the child so far (Linux /proc; 0 elsewhere)."""
+        try:
+            with open(f"/proc/{self._process.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     async def _command(self, command: str) -> bytes:
         assert self._process.stdin is not None
         assert self._process.stdout is not None
