@@ -10,7 +10,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from service.api.interceptor import CallObserver
-from service.store.base import LexicalCacheStats, StoreStats
+from service.store.base import StoreStats
+from service.store.lexical_index import LexicalCacheStats
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -6,12 +6,15 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service import errors
 from service.embeddings.base import EmbeddingIdentity
 from service.projects.lexical import LexicalQuery
 from service.timerange import TimeRange
+
+if TYPE_CHECKING:
+    from service.store.lexical_index import LexicalCacheStats
 
 FUSION_BONUS = 0.3
 BM25_K1 = 1.2  # Lucene's defaults (SEARCH_BM25_K1, SEARCH_BM25_B)
@@ -152,19 +155,6 @@ class VectorCacheStats:
     loads: int  # project matrices read from the database (first use, or after a change)
     evictions: int  # projects dropped to stay within the budget
     fallbacks: int  # KNN searches the matrices did not answer (too large; PG: or stale)
-
-
-@dataclass(frozen=True)
-class LexicalCacheStats:
-    """The PostgreSQL store's in-process postings (service.store.postgres.lexical_cache)."""
-
-    projects: int
-    bytes: int
-    budget_bytes: int
-    loads: int  # projects read from the database (first use, or after a change)
-    evictions: int  # projects dropped to stay within the budget
-    served: int  # searches the statement ranked from the in-process ranking
-    fallbacks: int  # searches offered a ranking that the statement ranked in SQL instead
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,19 @@ _NO_TFS = np.empty(0, dtype=np.float64)
 
 
 @dataclass(frozen=True)
+class LexicalCacheStats:
+    """The PostgreSQL store's in-process postings (service.store.postgres.lexical_cache)."""
+
+    projects: int
+    bytes: int
+    budget_bytes: int
+    loads: int  # projects read from the database (first use, or after a change)
+    evictions: int  # projects dropped to stay within the budget
+    served: int  # searches the statement ranked from the in-process ranking
+    fallbacks: int  # searches offered a ranking that the statement ranked in SQL instead
+
+
+@dataclass(frozen=True)
 class Term:
     lexeme: str
     prefix: bool

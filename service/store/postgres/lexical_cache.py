@@ -38,8 +38,7 @@ import Stemmer
 
 from service.projects.lexical import LexicalQuery
 from service.projects.lexical_tokens import POSTGRES_ENGLISH_STOPWORDS
-from service.store.base import LexicalCacheStats
-from service.store.lexical_index import ProjectPostings, Ranking, Term, rank
+from service.store.lexical_index import LexicalCacheStats, ProjectPostings, Ranking, Term, rank
 from service.store.matrices import MatrixLru
 
 # A project's content postings, documents and generation in one statement (one snapshot).
@@ -83,9 +82,12 @@ _STEMMER = Stemmer.Stemmer("english")
 
 
 class Reader(Protocol):
+    """A pooled connection (pool.Conn, whose reads take a `statement_timeout`) or a raw
+    asyncpg one."""
+
     async def fetch(self, sql: str, *args: Any) -> list[Any]: ...
 
-    async def fetchrow(self, sql: str, *args: Any) -> Any: ...
+    async def fetchrow(self, sql: str, *args: Any, **options: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -203,16 +205,19 @@ class PgLexicalCache:
         also: Sequence[tuple[int, str, str]] = (),
         *,
         complete: bool = False,
+        statement_timeout: float | None = None,
     ) -> Proposal | None:
         """The scope's first `wanted` rows by the in-process ranking, and those of the
         documents `also` ((project, kind, row id)) that are listed further down, each with
         its place in the whole list; loading the missing projects; None when the scope
-        cannot be held at once. `complete`: the whole list, None if longer than `wanted`."""
+        cannot be held at once. `complete`: the whole list, None if longer than `wanted`.
+        A project is read within the search's `statement_timeout`; while another search is
+        reading, this one does not wait for it (None: the statement ranks in SQL)."""
         scope = sorted({int(p) for p in project_ids})
         held = self._held(scope)
-        if held is None:
+        if held is None and not self._loading.locked():
             async with self._loading:
-                held = await self._load(conn, scope)
+                held = await self._load(conn, scope, statement_timeout)
         if held is None:
             self._fallbacks += 1
             return None
@@ -283,14 +288,16 @@ class PgLexicalCache:
             self._lru.use(project_id)
         return [p for p in found if p is not None]
 
-    async def _load(self, conn: Reader, scope: list[int]) -> list[ProjectPostings] | None:
+    async def _load(
+        self, conn: Reader, scope: list[int], statement_timeout: float | None = None
+    ) -> list[ProjectPostings] | None:
         held: list[ProjectPostings] = []
         for project_id in scope:
             self._lru.use(project_id)
         for project_id in scope:
             found = self._lru.get(project_id)
             if found is None:
-                found = await self._read(conn, project_id)
+                found = await self._read(conn, project_id, statement_timeout)
                 if found is None:
                     return None
             held.append(found)
@@ -300,8 +307,15 @@ class PgLexicalCache:
             return None  # the scope pushed part of itself out: it does not fit
         return held
 
-    async def _read(self, conn: Reader, project_id: int) -> ProjectPostings | None:
-        row = await conn.fetchrow(SELECT_PROJECT, project_id)
+    async def _read(
+        self, conn: Reader, project_id: int, statement_timeout: float | None = None
+    ) -> ProjectPostings | None:
+        if statement_timeout is None:
+            row = await conn.fetchrow(SELECT_PROJECT, project_id)
+        else:
+            row = await conn.fetchrow(
+                SELECT_PROJECT, project_id, statement_timeout=statement_timeout
+            )
         assert row is not None  # one row whatever the project holds
         counts = np.asarray(row["counts"], dtype=np.int64)
         if int(counts.sum()) > MAX_PROJECT_POSTINGS:

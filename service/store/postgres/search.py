@@ -245,7 +245,9 @@ async def run_search(
         shape = offers_fast(plan)
         if shape is not None:
             try:
-                fast = await _proposal(conn, plan, shape, lexical, candidates)
+                fast = await _proposal(conn, plan, shape, lexical, candidates, statement_timeout)
+            except TimeoutError:
+                raise  # the read met the search's own time limit, as the statement would
             except (asyncpg.PostgresError, OSError, ValueError):
                 # A cache that cannot read is only slower: the statement ranks in SQL.
                 log.warning("postgres lexical cache read failed", exc_info=True)
@@ -266,21 +268,29 @@ async def _proposal(
     shape: Shape,
     lexical: PgLexicalCache,
     candidates: Candidates | None,
+    statement_timeout: float | None,
 ) -> Proposal | None:
     """The lexical cache's ranking for the statement: FTS, the page's rows; HYBRID, the
     rows RRF can reach (the first page's worth plus the vector candidates' documents) when
     the vector cache proposes candidates, else the whole list (if not too long)."""
     k1, b = float(plan.bm25_k1), float(plan.bm25_b)
     if plan.mode is Mode.FTS:
-        return await lexical.propose(conn, plan.project_ids, shape, k1, b, plan.offset + plan.limit)
+        return await lexical.propose(
+            conn, plan.project_ids, shape, k1, b, plan.offset + plan.limit,
+            statement_timeout=statement_timeout,
+        )
     wanted = plan.offset + plan.limit + 1
     if candidates is None:
         return await lexical.propose(
-            conn, plan.project_ids, shape, k1, b, MAX_COMPLETE_ROWS + 1, complete=True
+            conn, plan.project_ids, shape, k1, b, MAX_COMPLETE_ROWS + 1, complete=True,
+            statement_timeout=statement_timeout,
         )
     projects, kinds, rows, _ = candidates.keys
     also = list(dict.fromkeys(zip(projects, kinds, rows, strict=True)))
-    return await lexical.propose(conn, plan.project_ids, shape, k1, b, wanted, also)
+    return await lexical.propose(
+        conn, plan.project_ids, shape, k1, b, wanted, also,
+        statement_timeout=statement_timeout,
+    )
 
 
 def page_from_rows(plan: SearchPlan, rows: list[Mapping[str, Any]]) -> SearchPage:
