@@ -168,6 +168,6 @@ def old_fts_statement(plan: SearchPlan) -> tuple[str, dict[str, Any]]:
         q.PAGE,
         q.META.format(relaxed=lx.RELAXED_FLAG, exact=q.EXACT_ALWAYS, total=OLD_TOTAL,
                       cache=q.CACHE_NONE, lex=q.CACHE_NONE,
-                      lex_used=q.CACHE_NONE),
+                      lex_used=q.CACHE_NONE, lex_seen=q.CACHE_NONE),
     ]
     return q.statement(ctes, q.CHUNKS_NONE), bindings

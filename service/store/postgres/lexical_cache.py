@@ -72,6 +72,7 @@ SELECT_GENERATIONS = "SELECT project_id, vgen FROM lexical_stats ORDER BY projec
 # A project larger than this is left to the SQL path (its arrays travel as one bytea each).
 MAX_PROJECT_POSTINGS = 50_000_000
 MAX_TF = 65_535  # tfs are held as uint16
+MAX_LEARNED = 10_000  # stemming corrections kept (all forgotten when full)
 
 _TERM = re.compile(r"'((?:[^']|'')+)'(:\*)?")
 _AND = re.compile(r"^\(?\s*T(\s*&\s*T)*\s*\)?$")
@@ -100,6 +101,7 @@ class Shape:
     any_term: bool
     words: str  # the strict form as PostgreSQL renders the parsed tsquery (`::text`)
     relaxed_words: str | None  # the relaxed form, likewise
+    sources: tuple[str, ...] = ()  # the strict form's words as the service wrote them
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,11 @@ class Proposal:
     complete: bool  # the whole list (else the first rows and the vector candidates')
 
 
-def _lexeme(word: str) -> str | None:
+def _lexeme(word: str, learned: dict[str, str]) -> str | None:
     if _NUMBER.fullmatch(word):
         return word  # a uint token: the 'simple' dictionary keeps it as written
     if _WORD.fullmatch(word) and word not in POSTGRES_ENGLISH_STOPWORDS:
-        return str(_STEMMER.stemWord(word))
+        return learned.get(word) or str(_STEMMER.stemWord(word))
     return None
 
 
@@ -128,11 +130,11 @@ def _rendered(operator: str, terms: list[tuple[str, bool]]) -> str:
     return joint.join(f"'{lexeme}'" + (":*" if prefix else "") for lexeme, prefix in terms)
 
 
-def _form(text: str) -> tuple[str, list[tuple[str, bool]]] | None:
+def _form(text: str, learned: dict[str, str]) -> tuple[str, list[tuple[str, bool]]] | None:
     """('and' | 'or', [(lexeme, prefix)]) of a plain AND or OR of terms, else None."""
     terms: list[tuple[str, bool]] = []
     for match in _TERM.finditer(text):
-        lexeme = _lexeme(match.group(1).replace("''", "'"))
+        lexeme = _lexeme(match.group(1).replace("''", "'"), learned)
         if lexeme is None:
             return None
         terms.append((lexeme, match.group(2) is not None))
@@ -148,17 +150,21 @@ def _form(text: str) -> tuple[str, list[tuple[str, bool]]] | None:
     return None
 
 
-def predict_shape(lexical: LexicalQuery | None) -> Shape | None:
+def predict_shape(
+    lexical: LexicalQuery | None, learned: dict[str, str] | None = None
+) -> Shape | None:
     """The shape PostgreSQL will parse the query into, when it is a counted one of plain
-    words and numbers; None when only the statement can tell."""
+    words and numbers; None when only the statement can tell. `learned`: words PostgreSQL
+    was seen to stem otherwise than the Snowball stemmer here (PgLexicalCache.learn)."""
     if lexical is None or lexical.tsquery is None or lexical.script_tsquery is not None:
         return None
-    strict = _form(lexical.tsquery)
+    learned = {} if learned is None else learned
+    strict = _form(lexical.tsquery, learned)
     if strict is None:
         return None
     relaxed = None
     if lexical.tsquery_relaxed is not None:
-        relaxed = _form(lexical.tsquery_relaxed)
+        relaxed = _form(lexical.tsquery_relaxed, learned)
         if relaxed is None or relaxed[0] != "or":
             return None
     forms = [strict[1]] + ([relaxed[1]] if relaxed else [])
@@ -175,9 +181,10 @@ def predict_shape(lexical: LexicalQuery | None) -> Shape | None:
     ordered = sorted(prefixes, key=lambda lexeme: lexeme.encode())
     terms = tuple(Term(lexeme, next(iter(prefixes[lexeme]))) for lexeme in ordered)
     strict_at = len(terms) if strict[0] == "and" else 1
+    words = tuple(m.group(1).replace("''", "'") for m in _TERM.finditer(lexical.tsquery))
     return Shape(
         terms, strict_at, relaxed is not None, _rendered(*strict),
-        _rendered(*relaxed) if relaxed else None,
+        _rendered(*relaxed) if relaxed else None, words,
     )
 
 
@@ -189,6 +196,9 @@ class PgLexicalCache:
         self._loading = asyncio.Lock()
         self._fallbacks = 0
         self.served = 0  # searches the statement ranked from the proposal
+        # Words PostgreSQL stems otherwise than PyStemmer, learned from refused proposals
+        # (PostgreSQL's own rendering of the parse comes back with the page).
+        self.learned: dict[str, str] = {}
 
     @property
     def enabled(self) -> bool:
@@ -272,6 +282,24 @@ class PgLexicalCache:
             found = self._lru.get(project_id)
             if found is not None and found.generation != generation:
                 self._lru.drop(project_id)
+
+    def learn(self, shape: Shape, seen: str | None) -> None:
+        """Words whose lexeme in PostgreSQL's rendering of the strict form (`seen`) differs
+        from the predicted one, position by position when the two have the same shape; a
+        wrong entry only costs a search ranked in SQL."""
+        if seen is None or seen == shape.words:
+            return
+        predicted = [m.group(1) for m in _TERM.finditer(shape.words)]
+        found = [m.group(1) for m in _TERM.finditer(seen)]
+        if len(found) != len(predicted) or len(found) != len(shape.sources):
+            return
+        if _TERM.sub("T", seen) != _TERM.sub("T", shape.words):
+            return
+        if len(self.learned) >= MAX_LEARNED:
+            self.learned.clear()
+        for word, mine, theirs in zip(shape.sources, predicted, found, strict=True):
+            if mine != theirs and _WORD.fullmatch(word):
+                self.learned[word] = theirs.replace("''", "'")
 
     def stats(self) -> LexicalCacheStats:
         """What the metrics endpoint shows."""

@@ -211,7 +211,7 @@ lex_fast AS MATERIALIZED (
                    = :fast_idf::float8[]
                AND {vector_ok},
                false) AS ok,
-           g.gens
+           g.gens, l.q_words::text AS seen
     FROM lex AS l
     CROSS JOIN (
         SELECT array_agg(COALESCE(s.vgen, 0) ORDER BY e.project_id) AS gens
@@ -250,6 +250,7 @@ fts AS MATERIALIZED (
 ),"""  # noqa: S608 - only constant fragments are interpolated
 LEX_GENS = "(SELECT gens FROM lex_fast)"
 LEX_USED = "(SELECT ok FROM lex_fast)"
+LEX_SEEN = "(SELECT seen FROM lex_fast)"
 RELAXED_FLAG_FAST = """((SELECT relaxed_always FROM lex)
     OR CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_relaxed::bool
             ELSE EXISTS (SELECT 1 FROM fts WHERE tier = 0) END)"""

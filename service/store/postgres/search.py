@@ -103,14 +103,14 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
     }
 
 
-def offers_fast(plan: SearchPlan) -> Shape | None:
+def offers_fast(plan: SearchPlan, learned: dict[str, str] | None = None) -> Shape | None:
     """The predicted lexical shape when the lexical cache may rank this search: FTS, or
     HYBRID fused by RRF, no filters, a counted query of plain words."""
     if plan.mode is Mode.VECTOR or filter_sql(plan.filters)[0]:
         return None
     if plan.mode is Mode.HYBRID and plan.fusion is not Fusion.RRF:
         return None
-    return predict_shape(plan.lexical)
+    return predict_shape(plan.lexical, learned)
 
 
 def build(
@@ -154,9 +154,12 @@ def build(
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
     if plan.mode is Mode.HYBRID and fast is not None:
         scored = q.SCORED_RRF_FAST
-    lex, used = (lx.LEX_GENS, lx.LEX_USED) if fast is not None else (q.CACHE_NONE, q.CACHE_NONE)
+    lex, used, seen = (
+        (lx.LEX_GENS, lx.LEX_USED, lx.LEX_SEEN) if fast is not None else (q.CACHE_NONE,) * 3
+    )
     meta = q.META.format(
-        relaxed=relaxed, exact=exact, total=total, cache=cache, lex=lex, lex_used=used
+        relaxed=relaxed, exact=exact, total=total, cache=cache, lex=lex, lex_used=used,
+        lex_seen=seen,
     )
     ctes += [scored, q.PAGE, meta]
     chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
@@ -242,7 +245,7 @@ async def run_search(
         )
     fast = None
     if lexical is not None and lexical.enabled:
-        shape = offers_fast(plan)
+        shape = offers_fast(plan, lexical.learned)
         if shape is not None:
             try:
                 fast = await _proposal(conn, plan, shape, lexical, candidates, statement_timeout)
@@ -255,7 +258,10 @@ async def run_search(
     text, args = q.numbered(sql, bindings)
     rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
     if fast is not None and lexical is not None and rows[0]["lex_gens"] is not None:
-        lexical.observed(fast.project_ids, list(rows[0]["lex_gens"]), bool(rows[0]["lex_used"]))
+        used = bool(rows[0]["lex_used"])
+        lexical.observed(fast.project_ids, list(rows[0]["lex_gens"]), used)
+        if not used:
+            lexical.learn(fast.shape, rows[0]["lex_seen"])
     if candidates is not None and cache is not None and rows[0]["cache_gens"] is not None:
         cache.observed(candidates.project_ids, list(rows[0]["cache_gens"]))
     return page_from_rows(plan, rows)

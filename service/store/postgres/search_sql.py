@@ -278,7 +278,7 @@ page AS MATERIALIZED (
 META = """
 meta AS (SELECT {relaxed} AS relaxed, {exact} AS exact, {total}::bigint AS total,
                 {cache}::bigint[] AS cache_gens, {lex}::bigint[] AS lex_gens,
-                {lex_used}::bool AS lex_used)"""
+                {lex_used}::bool AS lex_used, {lex_seen}::text AS lex_seen)"""
 CACHE_GENS = "(SELECT gens FROM cache_fresh)"
 CACHE_NONE = "NULL"
 TOTAL_SUMMARY = "(SELECT total FROM fts_summary)"
@@ -303,7 +303,7 @@ TOP_CHUNKS = f"""(
     ) AS x
 )"""  # noqa: S608 - only constant fragments are interpolated
 FINAL = """
-SELECT m.relaxed, m.exact, m.total, m.cache_gens, m.lex_gens, m.lex_used,
+SELECT m.relaxed, m.exact, m.total, m.cache_gens, m.lex_gens, m.lex_used, m.lex_seen,
        pg.project_id, p.external_id, pg.kind, pg.row_id, d.title, d.path, d.category,
        d.note_type, d.metadata, d.created_at, d.updated_at,
        pg.score, pg.v, pg.fts_score, pg.f, left(d.body, :snippet_chars::int) AS snippet,
