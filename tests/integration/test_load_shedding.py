@@ -199,10 +199,7 @@ async def test_postgres_searches_take_turns_at_the_pool_and_late_ones_are_shed(
     async with fresh_database(pg_dsn) as dsn:
         env = {"SEARCH_AUTH_TOKENS": AUTH, "SEARCH_EMBEDDER": "none",
                "SEARCH_DATABASE_URL": dsn, "SEARCH_DB_POOL_SIZE": "3",
-               "SEARCH_PROJECT_SEARCH_TIMEOUT": "2",
-               # Every search one statement on the locked table, none first reading the
-               # lexical cache's postings (whose reads take the same turns and time limit).
-               "SEARCH_PG_LEXICAL_CACHE_MB": "0"}
+               "SEARCH_PROJECT_SEARCH_TIMEOUT": "2"}
         async with running_server(tmp_path, env) as app, channel_to(app) as channel:
             alice, bob = await _project(channel, "alice"), await _project(channel, "bob")
             fts = functools.partial(_fts, ps_grpc.ProjectSearchServiceStub(channel))

@@ -12,15 +12,17 @@ ranking really serves most of them.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.projects.lexical import compile_query
 from service.store.base import Mode, SearchPage
-from service.store.postgres.lexical_cache import predict_shape
+from service.store.postgres.lexical_cache import PgLexicalCache, predict_shape
 from tests.integration.conftest import Corpus, Doc, fresh_backend
 
 pytestmark = pytest.mark.postgres
@@ -144,3 +146,25 @@ async def test_fast_pages_equal_sql_pages_through_random_writes(
     assert cache.served == served + 1
     await fast.store.delete_project(fast.tenant, projects[0])
     await _compare(fast, plain, [projects[1:]])
+
+
+async def test_a_postings_read_gives_up_on_a_locked_table(pair: tuple[Corpus, Corpus]) -> None:
+    """A read (the background refresh's, or a search's first) never queues behind a lock
+    holding a pooled connection: it fails at once and the search ranks in SQL."""
+    fast, _ = pair
+    project = (await fast.project("locked")).project_id
+    await fast.write(project, [Doc("note", "1", "deploy freeze")])
+    dsn = fast.store.dsn  # type: ignore[attr-defined]
+    locker, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE documents IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await PgLexicalCache(64 << 20).warm(reader)
+            assert time.monotonic() - started < 2.0
+        page = await fast.search([project], Mode.FTS, "deploy")  # the lock is gone
+        assert [h.row_id for h in page.hits] == ["1"]
+    finally:
+        await locker.close()
+        await reader.close()

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import asyncpg
 import numpy as np
 import Stemmer
 
@@ -72,6 +73,7 @@ SELECT_GENERATIONS = "SELECT project_id, vgen FROM lexical_stats ORDER BY projec
 # A project larger than this is left to the SQL path (its arrays travel as one bytea each).
 MAX_PROJECT_POSTINGS = 50_000_000
 MAX_TF = 65_535  # tfs are held as uint16
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '200ms'"  # see _read
 MAX_LEARNED = 10_000  # stemming corrections kept (all forgotten when full)
 
 _TERM = re.compile(r"'((?:[^']|'')+)'(:\*)?")
@@ -83,12 +85,10 @@ _STEMMER = Stemmer.Stemmer("english")
 
 
 class Reader(Protocol):
-    """A pooled connection (pool.Conn, whose reads take a `statement_timeout`) or a raw
+    """A pooled connection (pool.Conn, whose `raw` connection reads the postings) or a raw
     asyncpg one."""
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]: ...
-
-    async def fetchrow(self, sql: str, *args: Any, **options: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -338,12 +338,14 @@ class PgLexicalCache:
     async def _read(
         self, conn: Reader, project_id: int, statement_timeout: float | None = None
     ) -> ProjectPostings | None:
-        if statement_timeout is None:
-            row = await conn.fetchrow(SELECT_PROJECT, project_id)
-        else:
-            row = await conn.fetchrow(
-                SELECT_PROJECT, project_id, statement_timeout=statement_timeout
-            )
+        # In a read-only transaction whose lock waits are short: a read never queues behind
+        # a lock (DDL, a LOCK TABLE), holding a pooled connection that searches need, as the
+        # background refresh otherwise would for as long as the lock lasts. It fails instead
+        # (the search ranks in SQL; the refresh tries again after the next writes).
+        raw: asyncpg.Connection = getattr(conn, "raw", conn)
+        async with raw.transaction(readonly=True):
+            await raw.execute(LOCK_TIMEOUT)
+            row = await raw.fetchrow(SELECT_PROJECT, project_id, timeout=statement_timeout)
         assert row is not None  # one row whatever the project holds
         counts = np.asarray(row["counts"], dtype=np.int64)
         if int(counts.sum()) > MAX_PROJECT_POSTINGS:
