@@ -239,10 +239,14 @@ async def run_search(
         assert plan.identity is not None
         filtered = bool(filter_sql(plan.filters)[0])
         wanted = plan.offset + plan.limit + 1
-        candidates = await cache.candidates(
-            conn, plan.project_ids, plan.identity, plan.query_vector,
-            knn_k(wanted, filtered, KNN_MAX_K), plan.exact_scan_limit,
-        )
+        try:
+            candidates = await cache.candidates(
+                conn, plan.project_ids, plan.identity, plan.query_vector,
+                knn_k(wanted, filtered, KNN_MAX_K), plan.exact_scan_limit,
+            )
+        except asyncpg.LockNotAvailableError:
+            # A matrix read met a lock (it does not wait): the index answers this search.
+            log.warning("postgres vector cache read met a lock", exc_info=True)
     fast = None
     if lexical is not None and lexical.enabled:
         shape = offers_fast(plan, lexical.learned)

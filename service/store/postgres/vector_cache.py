@@ -26,12 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import asyncpg
 import numpy as np
 from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
 from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
+from service.store.postgres.lexical_cache import LOCK_TIMEOUT
 
 # Every project's chunks and generation, for the start-up read and the refresh after
 # writes (which read all of them or none).
@@ -254,7 +256,14 @@ class PgVectorCache:
     async def _read(
         self, conn: Reader, project_id: int, identity: EmbeddingIdentity
     ) -> _Matrix | None:
-        row = await conn.fetchrow(SELECT_PROJECT, project_id, identity.model, identity.dimensions)
+        # Read-only with short lock waits, as the lexical cache reads (lexical_cache._read):
+        # never queued behind a lock holding a pooled connection.
+        raw: asyncpg.Connection = getattr(conn, "raw", conn)
+        async with raw.transaction(readonly=True):
+            await raw.execute(LOCK_TIMEOUT)
+            row = await raw.fetchrow(
+                SELECT_PROJECT, project_id, identity.model, identity.dimensions
+            )
         assert row is not None  # an aggregate always returns its row
         dims = int(identity.dimensions)
         kinds, row_ids = list(row["kinds"]), list(row["row_ids"])
