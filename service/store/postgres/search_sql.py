@@ -205,13 +205,14 @@ scored AS (
 # Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the
 # channels a document is in, ranks 1-based in each channel's own order (the FTS list's tiers
 # included), ties in a channel broken by identity so that ranks never depend on paging.
-SCORED_RRF = """
+_FTS_ORDER = """row_number() OVER (
+               ORDER BY tier DESC, fts_score DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
+           )"""
+_RRF = """
 fts_ranked AS (
     SELECT project_id, kind, row_id, fts_score,
-           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f,
-           row_number() OVER (
-               ORDER BY tier DESC, fts_score DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
-           ) AS r
+           COALESCE(fts_score / NULLIF({top}, 0.0), 0.0) AS f,
+           {rank} AS r
     FROM fts
 ),
 vector_ranked AS (
@@ -234,39 +235,14 @@ scored AS (
            max(fts_score) AS fts_score, max(f) AS f, 1 AS tier
     FROM channels GROUP BY project_id, kind, row_id
 ),"""
-
-# SCORED_RRF when the lexical cache's ranking may stand in for the lexical list (lexical_sql
-# LEX_FAST): its rows carry their places in the whole list and the whole list's top score.
-SCORED_RRF_FAST = """
-fts_ranked AS (
-    SELECT project_id, kind, row_id, fts_score,
-           COALESCE(fts_score / NULLIF(CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_top::float8
-                                            ELSE max(fts_score) OVER () END, 0.0), 0.0) AS f,
-           COALESCE(place, row_number() OVER (
-               ORDER BY tier DESC, fts_score DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
-           )) AS r
-    FROM fts
-),
-vector_ranked AS (
-    SELECT project_id, kind, row_id, v,
-           row_number() OVER (
-               ORDER BY v DESC, project_id, kind COLLATE "C", row_id COLLATE "C"
-           ) AS r
-    FROM vector_scores
-),
-channels AS (
-    SELECT project_id, kind, row_id, v, 0.0::float8 AS fts_score, 0.0::float8 AS f,
-           1.0::float8 / (:rrf_k::int + r) AS part
-    FROM vector_ranked
-    UNION ALL
-    SELECT project_id, kind, row_id, 0.0::float8, fts_score, f, 1.0::float8 / (:rrf_k::int + r)
-    FROM fts_ranked
-),
-scored AS (
-    SELECT project_id, kind, row_id, sum(part) AS score, max(v) AS v,
-           max(fts_score) AS fts_score, max(f) AS f, 1 AS tier
-    FROM channels GROUP BY project_id, kind, row_id
-),"""
+SCORED_RRF = _RRF.format(top="max(fts_score) OVER ()", rank=_FTS_ORDER)
+# When the lexical cache's ranking may stand in for the lexical list (lexical_sql LEX_FAST):
+# its rows carry their places in the whole list, and the whole list's top score is bound.
+SCORED_RRF_FAST = _RRF.format(
+    top="CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_top::float8"
+        " ELSE max(fts_score) OVER () END",
+    rank=f"COALESCE(place, {_FTS_ORDER})",
+)
 
 PAGE = """
 page AS MATERIALIZED (
