@@ -29,6 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -68,7 +69,7 @@ class ProjectPostings:
             )
         return self.documents.get((kind, row_id))
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         arrays = self.lengths.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
         words = sum(len(w) + 160 for w in self.vocabulary)  # the string, its list and dict slots
@@ -93,7 +94,6 @@ class ProjectPostings:
         return at, bisect.bisect_left(words, lexeme + PREFIX_END, at), exact
 
 
-_NO_DOCS = np.empty(0, dtype=np.int32)
 _NO_TFS = np.empty(0, dtype=np.float64)
 
 
@@ -265,8 +265,8 @@ def _postings(
                        else np.ones(last - first))
             continue
         spread = True
-        # Only the exact lexeme's tf counts (its postings come first); the rest count 1 and
-        # are overwritten by the exact ones below where a document holds both.
+        # Only the exact lexeme's tf counts (its postings come first); the longer lexemes'
+        # count 1, and the largest offered per document wins below.
         tf = np.ones(last - first)
         if exact:
             cut = int(postings.starts[low + 1])

@@ -31,9 +31,7 @@ import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
-import asyncpg
 import numpy as np
 import Stemmer
 
@@ -41,6 +39,7 @@ from service.projects.lexical import LexicalQuery
 from service.projects.lexical_tokens import POSTGRES_ENGLISH_STOPWORDS
 from service.store.lexical_index import LexicalCacheStats, ProjectPostings, Ranking, Term, rank
 from service.store.matrices import MatrixLru
+from service.store.postgres.pool import Reader, cache_read_row
 
 # A project's content postings, documents and generation in one statement (one snapshot).
 # Documents are numbered in identity order (kind, row id, byte order); postings come as
@@ -73,7 +72,6 @@ SELECT_GENERATIONS = "SELECT project_id, vgen FROM lexical_stats ORDER BY projec
 # A project larger than this is left to the SQL path (its arrays travel as one bytea each).
 MAX_PROJECT_POSTINGS = 50_000_000
 MAX_TF = 65_535  # tfs are held as uint16
-LOCK_TIMEOUT = "SET LOCAL lock_timeout = '200ms'"  # see _read
 MAX_LEARNED = 10_000  # stemming corrections kept (all forgotten when full)
 
 _TERM = re.compile(r"'((?:[^']|'')+)'(:\*)?")
@@ -82,13 +80,6 @@ _OR = re.compile(r"^\(?\s*T(\s*\|\s*T)*\s*\)?$")
 _WORD = re.compile(r"[a-z]+")
 _NUMBER = re.compile(r"[0-9]+")
 _STEMMER = Stemmer.Stemmer("english")
-
-
-class Reader(Protocol):
-    """A pooled connection (pool.Conn, whose `raw` connection reads the postings) or a raw
-    asyncpg one."""
-
-    async def fetch(self, sql: str, *args: Any) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -338,14 +329,9 @@ class PgLexicalCache:
     async def _read(
         self, conn: Reader, project_id: int, statement_timeout: float | None = None
     ) -> ProjectPostings | None:
-        # In a read-only transaction whose lock waits are short: a read never queues behind
-        # a lock (DDL, a LOCK TABLE), holding a pooled connection that searches need, as the
-        # background refresh otherwise would for as long as the lock lasts. It fails instead
-        # (the search ranks in SQL; the refresh tries again after the next writes).
-        raw: asyncpg.Connection = getattr(conn, "raw", conn)
-        async with raw.transaction(readonly=True):
-            await raw.execute(LOCK_TIMEOUT)
-            row = await raw.fetchrow(SELECT_PROJECT, project_id, timeout=statement_timeout)
+        row = await cache_read_row(
+            conn, SELECT_PROJECT, project_id, statement_timeout=statement_timeout
+        )
         assert row is not None  # one row whatever the project holds
         counts = np.asarray(row["counts"], dtype=np.int64)
         if int(counts.sum()) > MAX_PROJECT_POSTINGS:

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -220,3 +220,22 @@ def _raise_mapped(exc: Exception) -> NoReturn:
     if mapped is None:
         raise exc
     raise mapped from exc
+
+
+# In-process caches read in a read-only transaction whose lock waits are short: a read never
+# queues behind a lock (a LOCK TABLE, DDL) while holding a pooled connection that searches
+# need, as the background refresh otherwise would for as long as the lock lasts; it fails
+# with LockNotAvailableError instead (the search ranks in SQL or asks the index, the refresh
+# tries again after the next writes).
+CACHE_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '200ms'"
+Reader: TypeAlias = "Conn | asyncpg.Connection"  # what the caches read on: pooled, or raw
+
+
+async def cache_read_row(
+    conn: Reader, sql: str, *args: Any, statement_timeout: float | None = None
+) -> Any:
+    """One row for an in-process cache, on a pooled or raw connection (see above)."""
+    raw: asyncpg.Connection = conn.raw if isinstance(conn, Conn) else conn
+    async with raw.transaction(readonly=True):
+        await raw.execute(CACHE_LOCK_TIMEOUT)
+        return await raw.fetchrow(sql, *args, timeout=statement_timeout)

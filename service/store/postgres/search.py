@@ -29,9 +29,9 @@ from service.store.postgres.pool import Conn
 from service.store.postgres.vector_cache import Candidates, PgVectorCache
 
 log = logging.getLogger("search.store.postgres")
-KNN_MAX_K = 20_000
+KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
 # HYBRID without the vector cache's candidates passes the whole lexical list, up to this long.
-MAX_COMPLETE_ROWS = 5_000  # hnsw.max_scan_tuples bounds the iterative scan at the same size
+MAX_COMPLETE_ROWS = 5_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
 _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
@@ -122,13 +122,7 @@ def build(
     filters, bindings = filter_sql(plan.filters)
     ctes = [q.OWNED, q.ELIGIBLE.format(filters=filters)]
     relaxed, exact, cache = lx.RELAXED_NEVER, q.EXACT_ALWAYS, q.CACHE_NONE
-    lexical_ctes: list[str] = []
-    if plan.mode is not Mode.VECTOR:
-        lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters, fast)
-        bindings.update(lexical_bindings)
     semantic = plan.mode is not Mode.FTS
-    if not semantic or fast is None:
-        ctes += lexical_ctes  # else after the vector channel's, whose freshness they read
     if semantic and plan.identity is not None:
         dims = int(plan.identity.dimensions)
         # Filters restrict the vector scans to eligible documents; without, the scope is enough.
@@ -144,8 +138,12 @@ def build(
         ]
         exact, cache = q.EXACT_BY_COUNT, q.CACHE_GENS
         bindings.update(_candidate_bindings(candidates))
-    if semantic and fast is not None:
+    if plan.mode is not Mode.VECTOR:
+        # After the vector channel's CTEs: with the lexical cache, LEX_FAST reads their
+        # freshness (a CTE's place in WITH does not change the plan).
+        lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters, fast)
         ctes += lexical_ctes
+        bindings.update(lexical_bindings)
     total = q.TOTAL_NONE
     if not semantic:
         # FTS: the top score, the total and the relaxation flag are one summary row.
@@ -292,7 +290,7 @@ async def _proposal(
     wanted = plan.offset + plan.limit + 1
     if candidates is None:
         return await lexical.propose(
-            conn, plan.project_ids, shape, k1, b, MAX_COMPLETE_ROWS + 1, complete=True,
+            conn, plan.project_ids, shape, k1, b, MAX_COMPLETE_ROWS, complete=True,
             statement_timeout=statement_timeout,
         )
     projects, kinds, rows, _ = candidates.keys

@@ -24,16 +24,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import asyncpg
 import numpy as np
 from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
 from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
-from service.store.postgres.lexical_cache import LOCK_TIMEOUT
+from service.store.postgres.pool import Reader, cache_read_row
 
 # Every project's chunks and generation, for the start-up read and the refresh after
 # writes (which read all of them or none).
@@ -72,14 +71,6 @@ THREAD_ROWS = 4096  # larger products run off the event loop (numpy releases the
 # the index instead.
 COLD_SECONDS = 60.0
 _SMALL: list[_Matrix] = []  # a scope the exact scan reads whole (compared by identity)
-
-
-class Reader(Protocol):
-    """A pooled connection (service.store.postgres.pool.Conn) or a raw asyncpg one."""
-
-    async def fetch(self, sql: str, *args: Any) -> list[Any]: ...
-
-    async def fetchrow(self, sql: str, *args: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -256,14 +247,9 @@ class PgVectorCache:
     async def _read(
         self, conn: Reader, project_id: int, identity: EmbeddingIdentity
     ) -> _Matrix | None:
-        # Read-only with short lock waits, as the lexical cache reads (lexical_cache._read):
-        # never queued behind a lock holding a pooled connection.
-        raw: asyncpg.Connection = getattr(conn, "raw", conn)
-        async with raw.transaction(readonly=True):
-            await raw.execute(LOCK_TIMEOUT)
-            row = await raw.fetchrow(
-                SELECT_PROJECT, project_id, identity.model, identity.dimensions
-            )
+        row = await cache_read_row(
+            conn, SELECT_PROJECT, project_id, identity.model, identity.dimensions
+        )
         assert row is not None  # an aggregate always returns its row
         dims = int(identity.dimensions)
         kinds, row_ids = list(row["kinds"]), list(row["row_ids"])
