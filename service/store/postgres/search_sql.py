@@ -13,6 +13,7 @@ columns sort with COLLATE "C" (byte order), as SQLite does.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -310,15 +311,23 @@ def statement(ctes: list[str], chunks: str) -> str:
 
 def numbered(sql: str, bindings: Mapping[str, Any]) -> tuple[str, list[Any]]:
     """`:name` placeholders as `$1..$n` and the argument list in that order."""
+    text, names = _numbering(sql)
+    for name in names:
+        if name not in bindings:
+            raise KeyError(f"statement parameter :{name} is not bound")
+    return text, [bindings[name] for name in names]
+
+
+@functools.lru_cache(maxsize=256)
+def _numbering(sql: str) -> tuple[str, tuple[str, ...]]:
+    """The numbered text of a statement and its parameter names in `$n` order: a few
+    statement shapes recur, and renumbering a 9-13 kB text cost ~0.13 ms a search."""
     order: dict[str, int] = {}
 
     def number(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name not in bindings:
-            raise KeyError(f"statement parameter :{name} is not bound")
         if name not in order:
             order[name] = len(order) + 1
         return f"${order[name]}"
 
-    text = _PARAM.sub(number, sql)
-    return text, [bindings[name] for name in order]
+    return _PARAM.sub(number, sql), tuple(order)
