@@ -143,6 +143,18 @@ def scope_avgdl(n: int, sum_dl: int) -> float:
     return float(Fraction(sum_dl, n))
 
 
+def postings_count(scope: Sequence[ProjectPostings], terms: Sequence[Term]) -> int:
+    """The postings `rank` reads for `terms` over `scope` (its work: ~10 ns each)."""
+    count = 0
+    for postings in scope:
+        starts = postings.starts
+        for term in terms:
+            low, high, _ = postings.span(term.lexeme, term.prefix)
+            if low != high:
+                count += int(starts[high]) - int(starts[low])
+    return count
+
+
 def rank(
     scope: list[ProjectPostings],
     terms: list[Term],

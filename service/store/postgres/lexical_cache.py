@@ -28,6 +28,7 @@ recently used out past `budget_bytes`; a scope that does not fit takes the SQL p
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +38,14 @@ import Stemmer
 
 from service.projects.lexical import LexicalQuery
 from service.projects.lexical_tokens import POSTGRES_ENGLISH_STOPWORDS
-from service.store.lexical_index import LexicalCacheStats, ProjectPostings, Ranking, Term, rank
+from service.store.lexical_index import (
+    LexicalCacheStats,
+    ProjectPostings,
+    Ranking,
+    Term,
+    postings_count,
+    rank,
+)
 from service.store.matrices import MatrixLru
 from service.store.postgres.pool import Reader, cache_read_row
 
@@ -72,6 +80,10 @@ SELECT_GENERATIONS = "SELECT project_id, vgen FROM lexical_stats ORDER BY projec
 # A project larger than this is left to the SQL path (its arrays travel as one bytea each).
 MAX_PROJECT_POSTINGS = 50_000_000
 MAX_TF = 65_535  # tfs are held as uint16
+# A ranking reading more postings (~0.5 ms of vector work) runs off the event loop, as the
+# vector cache's products do (numpy releases the GIL): a costly query (`c*`, common words over
+# a large scope) must not hold every other call of the server.
+THREAD_POSTINGS = 50_000
 MAX_LEARNED = 10_000  # stemming corrections kept (all forgotten when full)
 
 _TERM = re.compile(r"'((?:[^']|'')+)'(:\*)?")
@@ -229,9 +241,14 @@ class PgLexicalCache:
             document = held[position].document(kind, row_id) if position is not None else None
             if position is not None and document is not None:
                 extra.append((position, document))
-        ranking = rank(
-            held, list(shape.terms), k1, b, shape.strict_at, shape.any_term, wanted, extra
+        terms = list(shape.terms)
+        ranking_of = functools.partial(
+            rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra
         )
+        if postings_count(held, terms) > THREAD_POSTINGS:
+            ranking = await asyncio.to_thread(ranking_of)
+        else:
+            ranking = ranking_of()
         if complete and ranking.total > len(ranking.scores):
             return None
         keys: tuple[list[int], list[str], list[str]] = ([], [], [])
