@@ -126,14 +126,15 @@ def build(
     if semantic and plan.identity is not None:
         dims = int(plan.identity.dimensions)
         # Filters restrict the vector scans to eligible documents; without, the scope is enough.
-        eligible = q.ELIGIBLE_KEYS if filters else ""
+        vectors = q.ELIGIBLE_VECTORS if filters else "vectors"
+        knn_eligible = q.KNN_OWNED
+        if filters:
+            knn_eligible += q.ELIGIBLE_DOCUMENT.format(filters=filters)
         ctes += [
-            q.VECTOR_COUNT.format(eligible=eligible) if filters else q.VECTOR_COUNT_SCOPE,
+            q.VECTOR_COUNT.format(eligible=q.ELIGIBLE_KEYS) if filters else q.VECTOR_COUNT_SCOPE,
             q.CACHE_FRESH,
             q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
-            q.EXACT_OR_KNN_SIMS.format(
-                eligible=eligible, knn_eligible=q.KNN_ELIGIBLE if filters else q.KNN_OWNED
-            ),
+            q.EXACT_OR_KNN_SIMS.format(vectors=vectors, knn_eligible=knn_eligible),
             q.VECTOR_SCORES,
         ]
         exact, cache = q.EXACT_BY_COUNT, q.CACHE_GENS
