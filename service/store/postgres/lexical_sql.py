@@ -93,9 +93,6 @@ term_tf AS (
         ) AS y
     ) AS x{{gate}}
 ),"""  # noqa: S608 - only constant fragments are interpolated
-ELIGIBLE_POSTINGS = """
-              AND (x.project_id, x.kind, x.row_id) IN (
-                  SELECT project_id, kind, row_id FROM eligible)"""
 # `hits` is how many query terms a document holds. The sum adds the terms in one order for
 # every document (by `k`; a document has one row per term), so equal parts give equal
 # scores (then ordered by identity), never an ulp apart. row_id leads the grouping, so the

@@ -50,7 +50,8 @@ def _lexical(
         return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
     gate = lx.FAST_GATE if fast is not None else ""
     vector_ok = lx.FAST_FOR_FTS if plan.mode is Mode.FTS else lx.FAST_FOR_HYBRID
-    postings = lx.TERM_TF.format(eligible=lx.ELIGIBLE_POSTINGS if filters else "", gate=gate)
+    passes = q.DOCUMENT_PASSES.format(alias="x", filters=filters) if filters else ""
+    postings = lx.TERM_TF.format(eligible=passes, gate=gate)
     stats = lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS
     # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
     ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats]
@@ -126,12 +127,13 @@ def build(
     if semantic and plan.identity is not None:
         dims = int(plan.identity.dimensions)
         # Filters restrict the vector scans to eligible documents; without, the scope is enough.
-        vectors = q.ELIGIBLE_VECTORS if filters else "vectors"
-        knn_eligible = q.KNN_OWNED
+        vectors, passes, knn_eligible = "vectors", "", q.KNN_OWNED
         if filters:
-            knn_eligible += q.ELIGIBLE_DOCUMENT.format(filters=filters)
+            passes = q.DOCUMENT_PASSES.format(alias="v", filters=filters)
+            vectors = q.ELIGIBLE_VECTORS.format(passes=passes)
+            knn_eligible += q.DOCUMENT_PASSES.format(alias="k", filters=filters)
         ctes += [
-            q.VECTOR_COUNT.format(eligible=q.ELIGIBLE_KEYS) if filters else q.VECTOR_COUNT_SCOPE,
+            q.VECTOR_COUNT.format(eligible=passes) if filters else q.VECTOR_COUNT_SCOPE,
             q.CACHE_FRESH,
             q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
             q.EXACT_OR_KNN_SIMS.format(vectors=vectors, knn_eligible=knn_eligible),

@@ -40,19 +40,28 @@ eligible AS MATERIALIZED (
 
 # Vector channel. A vector counts only when ready, of the plan's identity, and carrying its
 # chunk's current source hash. Scans are driven by the vectors of the scope's projects
-# (PK range, hash-joined to chunks); filters add a semi-join on `eligible` (ELIGIBLE_VECTORS).
+# (PK range, hash-joined to chunks); filters add DOCUMENT_PASSES (ELIGIBLE_VECTORS).
 VALID_VECTOR = "v.model = :model::text AND v.dimensions = :dimensions::int AND v.state = 'ready'"
-ELIGIBLE_KEYS = """
-      AND (v.project_id, v.kind, v.row_id) IN (SELECT project_id, kind, row_id FROM eligible)"""
-# With filters the scans read the scope's eligible vectors from a fenced subquery (OFFSET 0:
-# not flattened), the semi-join on `eligible` inside it, before the join to chunks. Written
-# as one join, the planner estimated the vector-chunk join at one row (the four key columns
-# and the source hash taken as independent) and then rescanned the whole `eligible` CTE for
-# every scope vector: 56M comparisons, 2.6 s for a VECTOR search filtered by kind at 100k
-# chunks. Alone with `vectors` the semi-join is hashed, as in VECTOR_COUNT.
+# With filters a row passes when its document does, checked on the document row itself (by
+# its primary key, or hashed): never a semi-join on the `eligible` CTE. The planner often
+# estimates the rows it filters far too low (a generic plan knows neither the scope nor the
+# filters' selectivity; the vector-chunk join on four key columns and the source hash was
+# estimated at one row) and then put the CTE inside a nested loop, rescanning all of it for
+# every scope vector: 56M comparisons, 1.5-2.7 s for a VECTOR or HYBRID search filtered by
+# kind or directory at 100k chunks. A nested loop over `documents` probes its primary key
+# instead, so the worst plan stays linear. The vector scans check their vectors in a fenced
+# subquery (OFFSET 0: not flattened), before the join to chunks, so the estimate the check
+# is planned with is that of the vectors alone.
+DOCUMENT_PASSES = """
+      AND EXISTS (
+          SELECT 1 FROM documents AS d
+          WHERE d.project_id = {alias}.project_id AND d.kind = {alias}.kind
+            AND d.row_id = {alias}.row_id
+            {filters}
+      )"""
 ELIGIBLE_VECTORS = f"""(
         SELECT * FROM vectors AS v
-        WHERE {IN_SCOPE.format(alias="v")} AND {VALID_VECTOR}{ELIGIBLE_KEYS}
+        WHERE {IN_SCOPE.format(alias="v")} AND {VALID_VECTOR}{{passes}}
         OFFSET 0
     )"""  # noqa: S608 - only constant fragments are interpolated
 SIMILARITY = "LEAST(1.0, 1.0 - (v.embedding <=> :query_vector::vector))"
@@ -63,13 +72,6 @@ SCOPE_VECTORS = f"""
      AND c.chunk_index = v.chunk_index AND c.source_hash = v.source_hash
     WHERE {IN_SCOPE.format(alias="v")} AND {IN_SCOPE.format(alias="c")}
       AND {VALID_VECTOR}"""
-# A `knn` candidate's document passes the filters: at most `knn_k` primary-key probes.
-ELIGIBLE_DOCUMENT = """
-      AND EXISTS (
-          SELECT 1 FROM documents AS d
-          WHERE d.project_id = k.project_id AND d.kind = k.kind AND d.row_id = k.row_id
-            {filters}
-      )"""
 # Counting stops past the limit: all that matters is which side of it the scope is on.
 # (Stale source hashes are not checked here; the count only picks the strategy.) An index-only
 # scan of at most limit + 1 entries of vectors_source_idx (~1.5 ms at the default 10,000).
@@ -113,7 +115,7 @@ cache_fresh AS MATERIALIZED (
 # row estimate (it multiplies the two selectivities), which made it prefer a btree range
 # plus a sort of every scope vector (an exact scan, 2-3x slower than the graph at 20k
 # vectors) over the HNSW index. Ownership is enforced where `knn` is read (KNN_OWNED, with
-# filters also ELIGIBLE_DOCUMENT). A candidate's distance is its stored vector's, as the
+# filters also DOCUMENT_PASSES). A candidate's distance is its stored vector's, as the
 # index reports it.
 KNN = """
 knn AS MATERIALIZED (
@@ -156,7 +158,7 @@ chunk_sims AS MATERIALIZED (
       AND NOT (SELECT ok FROM cache_fresh)
 ),"""  # noqa: S608 - only constant fragments are interpolated
 # What a `knn` row must pass besides its chunk: the scope's owned projects, and with filters
-# its document's (ELIGIBLE_DOCUMENT on `k`).
+# its document's (DOCUMENT_PASSES on `k`).
 KNN_OWNED = "k.project_id = ANY((SELECT ids FROM owned)::bigint[])"
 EXACT_ALWAYS = "true"
 EXACT_BY_COUNT = "(SELECT n FROM vcount) <= :exact_scan_limit::bigint"
