@@ -11,7 +11,7 @@ def test_partitioned_stores_plan_each_call_for_its_scope() -> None:
     partitioned = PostgresStore("postgresql://unused", partitions=16)
     plain = PostgresStore("postgresql://unused")
     assert server_settings(partitioned._settings)["plan_cache_mode"] == "force_custom_plan"
-    assert "plan_cache_mode" not in server_settings(plain._settings)
+    assert server_settings(plain._settings)["plan_cache_mode"] == "force_generic_plan"
 
 
 def test_jit_is_off_and_iterative_scans_are_on() -> None:
