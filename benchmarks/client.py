@@ -133,10 +133,13 @@ class Client:
         page_token: str = "",
         deadline: float | None = 60.0,
         fusion: str = "",
+        kinds: Sequence[str] = (),
+        directory: str = "",
     ) -> SearchResult:
         """One SearchProjects call, every streamed page read; timed on the client.
 
-        `fusion` ("rrf" or "max_min") picks HYBRID's fusion; empty: the server's default."""
+        `fusion` ("rrf" or "max_min") picks HYBRID's fusion; empty: the server's default.
+        `kinds` and `directory`: the kind and directory-prefix filters (none when empty)."""
         request = search_pb2.SearchProjectsRequest(
             scope=search_pb2.ProjectScope(project_ids=list(scope)),
             text=text,
@@ -145,6 +148,7 @@ class Client:
             max_pages=max_pages,
             page_token=page_token,
             fusion=_FUSION_VALUES[fusion],
+            filters=search_pb2.ProjectSearchFilters(kinds=list(kinds), directory_prefix=directory),
         )
         hits: list[Hit] = []
         exact, relaxed, token = True, False, ""

@@ -21,6 +21,8 @@ class Query:
     mode: str
     page_size: int = 10
     max_pages: int = 1
+    kinds: tuple[str, ...] = ()  # filters (none when empty)
+    directory: str = ""
 
 
 @dataclass
@@ -84,5 +86,6 @@ async def run_queries(
 
 async def _search(client: Client, query: Query) -> SearchResult:
     return await client.search(
-        query.scope, query.text, query.mode, page_size=query.page_size, max_pages=query.max_pages
+        query.scope, query.text, query.mode, page_size=query.page_size, max_pages=query.max_pages,
+        kinds=query.kinds, directory=query.directory,
     )

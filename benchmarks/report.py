@@ -59,10 +59,11 @@ def render_index(data: Any) -> str:
 
 def render_latency(data: Any) -> str:
     """Latency per store, size and mode."""
-    rows = [[r["store"], fmt(r["chunks"]), r["mode"].upper(), _triple(r["server"]),
+    rows = [[r["store"], fmt(r["chunks"]), r["mode"].upper(), r.get("filter") or "-",
+             _triple(r["server"]),
              _triple(r["client"]), fmt(r["exact_share"], 2), fmt(r["mean_hits"]),
              fmt(r.get("target_server_p50_ms"), 0)] for r in data["rows"]]
-    return table(["store", "chunks", "mode", "server p50 / p95 / p99 ms",
+    return table(["store", "chunks", "mode", "filter", "server p50 / p95 / p99 ms",
                   "client p50 / p95 / p99 ms", "exact share", "hits/page",
                   "target server p50 ms"], rows)
 

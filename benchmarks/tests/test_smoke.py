@@ -39,8 +39,9 @@ async def test_corpus_benchmarks_write_tables_for_both_stores(tmp_path: Path, pg
     assert stored["latency"]["stamp"]["cores"] >= 1
     assert stored["latency"]["stamp"]["commit"]
     latency_rows = stored["latency"]["data"]["rows"]
-    assert {(r["store"], r["mode"]) for r in latency_rows} == {
-        (s, m) for s in ("sqlite", "postgres") for m in MODES}
+    assert {(r["store"], r["mode"], r["filter"]) for r in latency_rows} == {
+        (s, m, f) for s in ("sqlite", "postgres") for m in MODES
+        for f in ("", "kind", "directory")}
     for row in latency_rows:
         assert row["server"]["n"] == row["client"]["n"] == 3
         assert 0 < row["server"]["p50_ms"] <= row["client"]["p50_ms"]
