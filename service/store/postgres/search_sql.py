@@ -1,10 +1,10 @@
 """The one retrieval statement of a project search, assembled from fixed CTE fragments.
 
 Shape (reference section 5, same as the SQLite store): `eligible` (tenant + scope + filters,
-no text) -> lexical `fts` (lexical_sql: tiered relaxation decided over the whole
-scope, BM25 in SQL) and/or vector `chunk_sims` (exact scan, or HNSW past
-`exact_scan_limit`) -> `scored`
--> `page` (ORDER BY tier, score, identity; LIMIT/OFFSET) -> one `meta` row LEFT JOINed to the page
+no text; the channels check a row's filters on its document, DOCUMENT_PASSES) -> lexical
+`fts` (lexical_sql: tiered relaxation decided over the whole scope, BM25 in SQL) and/or
+vector `chunk_sims` (exact scan, or HNSW past `exact_scan_limit`) -> `scored` -> `page`
+(ORDER BY tier, score, identity; LIMIT/OFFSET) -> one `meta` row LEFT JOINed to the page
 rows, so even an empty page reports relaxation, exactness and the exact FTS total.
 
 Fragments name their parameters `:name`; `numbered()` turns them into `$n`. Text identity
