@@ -45,12 +45,12 @@ class PoolSettings:
 # that a plan that knows neither the scope nor the filters' selectivity stays linear (see
 # search_sql.DOCUMENT_PASSES).
 GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
+CUSTOM_PLANS = {"plan_cache_mode": "force_custom_plan"}
 
 
 def server_settings(settings: PoolSettings) -> dict[str, str]:
     """Session settings sent when each pool connection starts."""
-    custom = {"plan_cache_mode": "force_custom_plan"}
-    extra = custom if settings.custom_plans_only else GENERIC_PLANS
+    extra = CUSTOM_PLANS if settings.custom_plans_only else GENERIC_PLANS
     return {
         **extra,
         "application_name": "search-service",
