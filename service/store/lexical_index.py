@@ -143,15 +143,22 @@ def scope_avgdl(n: int, sum_dl: int) -> float:
     return float(Fraction(sum_dl, n))
 
 
-def postings_count(scope: Sequence[ProjectPostings], terms: Sequence[Term]) -> int:
-    """The postings `rank` reads for `terms` over `scope` (its work: ~10 ns each)."""
+Span = tuple[int, int, bool]  # ProjectPostings.span of one term in one project
+
+
+def term_spans(scope: Sequence[ProjectPostings], terms: Sequence[Term]) -> list[list[Span]]:
+    """Each term's span in each scope project (by term, then project)."""
+    return [[p.span(term.lexeme, term.prefix) for p in scope] for term in terms]
+
+
+def postings_count(scope: Sequence[ProjectPostings], spans: Sequence[Sequence[Span]]) -> int:
+    """The postings `rank` reads for terms of these `spans` over `scope` (its work: ~10 ns
+    each)."""
     count = 0
-    for postings in scope:
-        starts = postings.starts
-        for term in terms:
-            low, high, _ = postings.span(term.lexeme, term.prefix)
+    for of_term in spans:
+        for postings, (low, high, _) in zip(scope, of_term, strict=True):
             if low != high:
-                count += int(starts[high]) - int(starts[low])
+                count += int(postings.starts[high]) - int(postings.starts[low])
     return count
 
 
@@ -164,12 +171,15 @@ def rank(
     any_term: bool,
     wanted: int,
     also: Sequence[tuple[int, int]] = (),
+    spans: Sequence[Sequence[Span]] | None = None,
 ) -> Ranking:
     """The scope's documents holding the terms, the first `wanted` in page order (tier,
     score descending, then identity: scope projects ascending, documents in their order),
     then those of `also` ((scope position, document index) pairs) that are listed further
     down, each with its place in the whole list; and the exact total, top score and
-    relaxation flag of the whole list."""
+    relaxation flag of the whole list. `spans`: term_spans(scope, terms), if known."""
+    if spans is None:
+        spans = term_spans(scope, terms)
     n_docs = sum(p.n for p in scope)
     n = float(n_docs)
     avgdl = scope_avgdl(n_docs, sum(p.sum_dl for p in scope))
@@ -179,8 +189,8 @@ def rank(
     hits = np.zeros(size, dtype=np.int64)
     lengths = np.concatenate([p.lengths for p in scope]) if scope else _NO_TFS
     dfs, idfs = [], []
-    for term in terms:
-        at, tf = _postings(scope, offsets, term)
+    for of_term in spans:
+        at, tf = _postings(scope, offsets, of_term)
         df = float(len(at))
         idf = math.log(1.0 + (((n - df) + 0.5) / (df + 0.5)))
         dfs.append(df)
@@ -255,44 +265,51 @@ def _places(
 
 
 def _postings(
-    scope: list[ProjectPostings], offsets: NDArray[np.int64], term: Term
+    scope: list[ProjectPostings], offsets: NDArray[np.int64], spans: Sequence[Span]
 ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """The scope documents (positions in the scope) holding `term`, each once, and its tf in
-    each: the exact lexeme's, 1 for a document holding only longer lexemes of a prefix."""
+    """The scope documents (positions in the scope) holding a term (its `spans`, by
+    project), each once, and its tf in each: the exact lexeme's, 1 for a document holding
+    only longer lexemes of a prefix (the SQL's `COALESCE(max(tf) FILTER (WHERE lexeme =
+    term), 1)`)."""
     docs: list[NDArray[np.int32]] = []
-    tfs: list[NDArray[np.float64]] = []
+    tfs: list[NDArray[np.uint16]] = []
     bases: list[int] = []
     sizes: list[int] = []
+    longer: list[tuple[int, int]] = []  # ranges of postings of longer lexemes (tf 1)
     spread = False  # some project's range spans several lexemes: its documents repeat
-    for index, postings in enumerate(scope):
-        low, high, exact = postings.span(term.lexeme, term.prefix)
+    count = 0
+    for index, (postings, (low, high, exact)) in enumerate(zip(scope, spans, strict=True)):
         if low == high:
             continue
-        first, last = int(postings.starts[low]), int(postings.starts[high])
+        starts = postings.starts
+        first, last = int(starts[low]), int(starts[high])
+        # The exact lexeme's postings come first in the range.
+        cut = int(starts[low + 1]) if exact else first
         docs.append(postings.docs[first:last])
+        tfs.append(postings.tfs[first:last])
         bases.append(int(offsets[index]))
         sizes.append(last - first)
-        if high - low == 1:
-            tfs.append(postings.tfs[first:last].astype(np.float64) if exact
-                       else np.ones(last - first))
-            continue
-        spread = True
-        # Only the exact lexeme's tf counts (its postings come first); the longer lexemes'
-        # count 1, and the largest offered per document wins below.
-        tf = np.ones(last - first)
-        if exact:
-            cut = int(postings.starts[low + 1])
-            tf[: cut - first] = postings.tfs[first:cut]  # (as float64)
-        tfs.append(tf)
+        if cut < last:
+            longer.append((count + cut - first, count + last - first))
+            spread = spread or high - low > 1
+        count += last - first
     if not docs:
         return np.empty(0, dtype=np.int64), _NO_TFS
-    at = np.concatenate(docs).astype(np.int64) + np.repeat(bases, sizes)
-    tf = np.concatenate(tfs)
+    at = np.concatenate(docs).astype(np.int64)
+    at += np.repeat(np.asarray(bases, dtype=np.int64), sizes)
+    tf = np.concatenate(tfs).astype(np.float64)
+    for start, end in longer:
+        tf[start:end] = 1.0
     if not spread:
         return at, tf
-    # A document once, with the largest tf offered for it: the exact lexeme's (>= 1), or 1.
+    # A document once: 1 wherever it holds a lexeme of the range, then its exact lexeme's tf
+    # (each document once among those postings).
+    own = np.ones(count, dtype=bool)
+    for start, end in longer:
+        own[start:end] = False
     dense = np.zeros(int(offsets[-1]), dtype=np.float64)
-    np.maximum.at(dense, at, tf)
+    dense[at] = 1.0
+    dense[at[own]] = tf[own]
     held = np.flatnonzero(dense)
     return held, dense[held]
 

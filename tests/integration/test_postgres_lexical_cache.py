@@ -168,3 +168,37 @@ async def test_a_postings_read_gives_up_on_a_locked_table(pair: tuple[Corpus, Co
     finally:
         await locker.close()
         await reader.close()
+
+
+async def test_a_refused_ranking_is_ranked_in_sql_by_a_second_statement(
+    pair: tuple[Corpus, Corpus],
+) -> None:
+    """The FTS statement of an in-process ranking holds no SQL ranking: when it refuses the
+    ranking (another store wrote since the postings were read), the SQL-ranked statement
+    follows, and the postings are read again for the next search, which is one statement."""
+    fast, plain = pair
+    project = (await fast.project("p")).project_id
+    plain.owners[project] = fast.tenant
+    await fast.write(project, [Doc("note", str(i), f"deploy freeze {i}") for i in range(6)])
+    plan = await fast.plan([project], Mode.FTS, "deploy")
+    await fast.store.search(plan)  # the postings are read
+    page, statements = await fast.counted(plan)
+    assert len(statements) == 1
+    cache = fast.store._lexical_cache  # type: ignore[attr-defined]
+    served = cache.served
+
+    await plain.write(project, [Doc("note", "9", "deploy deploy window")])
+    page, statements = await fast.counted(plan)
+
+    assert len(statements) == 2, statements
+    assert "lex_fast" in statements[0]
+    assert "term_tf" not in statements[0]
+    assert "term_tf" in statements[1]
+    assert cache.served == served
+    assert _page(page) == _page(await plain.search([project], Mode.FTS, "deploy"))
+    assert page.hits[0].row_id == "9"
+    assert page.total == 7
+    page, statements = await fast.counted(plan)
+    assert cache.served == served + 1
+    assert [s for s in statements if "lex_fast" in s] == statements[-1:]
+    assert _page(page) == _page(await plain.search([project], Mode.FTS, "deploy"))

@@ -45,6 +45,7 @@ from service.store.lexical_index import (
     Term,
     postings_count,
     rank,
+    term_spans,
 )
 from service.store.matrices import MatrixLru
 from service.store.postgres.pool import Reader, cache_read_row
@@ -85,6 +86,7 @@ MAX_TF = 65_535  # tfs are held as uint16
 # a large scope) must not hold every other call of the server.
 THREAD_POSTINGS = 50_000
 MAX_LEARNED = 10_000  # stemming corrections kept (all forgotten when full)
+MAX_SHAPES = 4_096  # predicted shapes kept by query text (all forgotten when full)
 
 _TERM = re.compile(r"'((?:[^']|'')+)'(:\*)?")
 _AND = re.compile(r"^\(?\s*T(\s*&\s*T)*\s*\)?$")
@@ -202,10 +204,23 @@ class PgLexicalCache:
         # Words PostgreSQL stems otherwise than PyStemmer, learned from refused proposals
         # (PostgreSQL's own rendering of the parse comes back with the page).
         self.learned: dict[str, str] = {}
+        # predict_shape by the compiled query's forms (with `learned`; cleared when it grows)
+        self._shapes: dict[tuple[str | None, ...], Shape | None] = {}
 
     @property
     def enabled(self) -> bool:
         return self._lru.budget > 0
+
+    def shape(self, lexical: LexicalQuery | None) -> Shape | None:
+        """predict_shape(lexical, self.learned), remembered by the query's forms."""
+        if lexical is None:
+            return None
+        key = (lexical.tsquery, lexical.tsquery_relaxed, lexical.script_tsquery)
+        if key not in self._shapes:
+            if len(self._shapes) >= MAX_SHAPES:
+                self._shapes.clear()
+            self._shapes[key] = predict_shape(lexical, self.learned)
+        return self._shapes[key]
 
     async def propose(
         self,
@@ -242,10 +257,11 @@ class PgLexicalCache:
             if position is not None and document is not None:
                 extra.append((position, document))
         terms = list(shape.terms)
+        spans = term_spans(held, terms)
         ranking_of = functools.partial(
-            rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra
+            rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra, spans
         )
-        if postings_count(held, terms) > THREAD_POSTINGS:
+        if postings_count(held, spans) > THREAD_POSTINGS:
             ranking = await asyncio.to_thread(ranking_of)
         else:
             ranking = ranking_of()
@@ -308,6 +324,7 @@ class PgLexicalCache:
         for word, mine, theirs in zip(shape.sources, predicted, found, strict=True):
             if mine != theirs and _WORD.fullmatch(word):
                 self.learned[word] = theirs.replace("''", "'")
+                self._shapes.clear()
 
     def stats(self) -> LexicalCacheStats:
         """What the metrics endpoint shows."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +56,10 @@ def _lexical(
     stats = lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS
     # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
     ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats]
-    if fast is not None:
+    if fast is not None and plan.mode is Mode.FTS:
+        # Only the check and the ranking's rows (unfiltered: SCOPE_STATS).
+        ctes = [lx.LEXICAL_INPUT, stats, lx.LEX_FAST.format(vector_ok=vector_ok), lx.FTS_FAST]
+    elif fast is not None:
         ctes += [
             lx.LEX_SHAPE, lx.LEX_FAST.format(vector_ok=vector_ok), postings, lx.BM25,
             lx.FTS_TIERED_FAST,
@@ -104,14 +108,15 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
     }
 
 
-def offers_fast(plan: SearchPlan, learned: dict[str, str] | None = None) -> Shape | None:
+def offers_fast(plan: SearchPlan, lexical: PgLexicalCache | None = None) -> Shape | None:
     """The predicted lexical shape when the lexical cache may rank this search: FTS, or
-    HYBRID fused by RRF, no filters, a counted query of plain words."""
+    HYBRID fused by RRF, no filters, a counted query of plain words (predicted with what
+    the `lexical` cache learned)."""
     if plan.mode is Mode.VECTOR or filter_sql(plan.filters)[0]:
         return None
     if plan.mode is Mode.HYBRID and plan.fusion is not Fusion.RRF:
         return None
-    return predict_shape(plan.lexical, learned)
+    return predict_shape(plan.lexical) if lexical is None else lexical.shape(plan.lexical)
 
 
 def build(
@@ -233,7 +238,9 @@ async def run_search(
     """Execute the statement once and turn its rows into a page. With a `cache`, a semantic
     search past `exact_scan_limit` offers the statement the cache's candidates (read on the
     same connection when a project's matrix must be loaded first); with a `lexical` cache,
-    an FTS search offers its in-process ranking."""
+    an FTS search offers its in-process ranking: its statement only checks and hydrates it,
+    and when it refuses the ranking (the scope moved on since it was read, or PostgreSQL
+    parsed the query otherwise) the SQL-ranked statement runs after it."""
     candidates = None
     semantic = plan.mode is not Mode.FTS and plan.identity is not None
     if cache is not None and cache.enabled and semantic and plan.query_vector:
@@ -250,7 +257,7 @@ async def run_search(
             log.warning("postgres vector cache read met a lock", exc_info=True)
     fast = None
     if lexical is not None and lexical.enabled:
-        shape = offers_fast(plan, lexical.learned)
+        shape = offers_fast(plan, lexical)
         if shape is not None:
             try:
                 fast = await _proposal(conn, plan, shape, lexical, candidates, statement_timeout)
@@ -259,18 +266,39 @@ async def run_search(
             except (asyncpg.PostgresError, OSError, ValueError):
                 # A cache that cannot read is only slower: the statement ranks in SQL.
                 log.warning("postgres lexical cache read failed", exc_info=True)
-    sql, bindings = build(plan, candidates, fast)
-    text, args = q.numbered(sql, bindings)
-    rows = await conn.fetch(text, *args, statement_timeout=statement_timeout)
+    started = time.monotonic()
+    rows = await _fetch(conn, plan, candidates, fast, statement_timeout)
     if fast is not None and lexical is not None and rows[0]["lex_gens"] is not None:
         used = bool(rows[0]["lex_used"])
         lexical.observed(fast.project_ids, list(rows[0]["lex_gens"]), used)
         if not used:
             lexical.learn(fast.shape, rows[0]["lex_seen"])
+            if plan.mode is Mode.FTS:
+                # The FTS statement holds no SQL ranking: refused, the SQL-ranked one runs,
+                # within what is left of the search's time.
+                left = _left(statement_timeout, started)
+                rows = await _fetch(conn, plan, candidates, None, left)
     if candidates is not None and cache is not None and rows[0]["cache_gens"] is not None:
         cache.observed(candidates.project_ids, list(rows[0]["cache_gens"]))
     return page_from_rows(plan, rows)
 
+
+def _left(timeout: float | None, started: float) -> float | None:
+    if timeout is None:
+        return None
+    return max(timeout - (time.monotonic() - started), 0.001)
+
+
+async def _fetch(
+    conn: Conn,
+    plan: SearchPlan,
+    candidates: Candidates | None,
+    fast: Proposal | None,
+    statement_timeout: float | None,
+) -> list[Any]:
+    sql, bindings = build(plan, candidates, fast)
+    text, args = q.numbered(sql, bindings)
+    return await conn.fetch(text, *args, statement_timeout=statement_timeout)
 
 
 async def _proposal(

@@ -176,17 +176,14 @@ fts_summary AS MATERIALIZED (
     SELECT max(fts_score) AS top, count(*) AS total, COALESCE(bool_or(tier = 0), false) AS relaxed
     FROM fts
 ),"""
+# FTS ranked in process (lexical_sql.FTS_FAST): the whole list's top, total and relaxation
+# are the ranking's, NULL when the statement refused it.
 FTS_SUMMARY_FAST = """
 fts_summary AS MATERIALIZED (
-    SELECT CASE WHEN l.ok THEN :fast_top::float8 ELSE a.top END AS top,
-           CASE WHEN l.ok THEN :fast_total::bigint ELSE a.total END AS total,
-           CASE WHEN l.ok THEN :fast_relaxed::bool ELSE a.relaxed END AS relaxed
+    SELECT CASE WHEN l.ok THEN :fast_top::float8 END AS top,
+           CASE WHEN l.ok THEN :fast_total::bigint END AS total,
+           CASE WHEN l.ok THEN :fast_relaxed::bool END AS relaxed
     FROM lex_fast AS l
-    CROSS JOIN LATERAL (
-        SELECT max(fts_score) AS top, count(*) AS total,
-               COALESCE(bool_or(tier = 0), false) AS relaxed
-        FROM fts
-    ) AS a
 ),"""
 SCORED_FTS = """
 scored AS (
