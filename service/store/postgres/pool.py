@@ -70,6 +70,19 @@ async def init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset of a released connection: nothing beyond what asyncpg always does
+    first (roll back an open transaction, drop listeners).
+
+    asyncpg's default sends `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` at
+    every release, a round trip that a search awaits before it returns: ~0.25 ms of a 1 ms
+    FTS search. The service leaves no session state behind: its settings are startup
+    parameters (`server_settings`) or `SET LOCAL`, its advisory locks are transaction-level,
+    and it uses no LISTEN and no cursor outside a transaction. Whoever adds session state
+    must reset it here."""
+    del conn
+
+
 class Conn:
     """An acquired connection whose statements are reported to the statement hooks."""
 
@@ -137,6 +150,7 @@ class Database:
                 max_size=self._settings.max_size,
                 timeout=self._settings.connect_timeout,
                 init=init_connection,
+                reset=keep_session,
                 server_settings=server_settings(self._settings),
             )
         except Exception as exc:
