@@ -54,12 +54,18 @@ class ProjectPostings:
     docs: NDArray[np.int32]
     tfs: NDArray[np.uint16]  # PostgreSQL counts at most 256 positions of a lexeme
     positions: dict[str, int] = field(default_factory=dict)  # lexeme -> its index
+    # Where the lexemes starting with lexeme i end (a prefix term's range without a search).
+    prefix_ends: NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
 
     documents: dict[tuple[str, str], int] = field(default_factory=dict)  # filled on demand
 
     def __post_init__(self) -> None:
         if not self.positions:
             self.positions.update((word, i) for i, word in enumerate(self.vocabulary))
+        if len(self.prefix_ends) != len(self.vocabulary):
+            words = self.vocabulary
+            ends = [bisect.bisect_left(words, w + PREFIX_END, i) for i, w in enumerate(words)]
+            object.__setattr__(self, "prefix_ends", np.asarray(ends, dtype=np.int32))
 
     def document(self, kind: str, row_id: str) -> int | None:
         """The index of the document (kind, row_id), if the project holds it."""
@@ -71,7 +77,8 @@ class ProjectPostings:
 
     @cached_property
     def nbytes(self) -> int:
-        arrays = self.lengths.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
+        arrays = (self.lengths.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
+                  + self.prefix_ends.nbytes)
         words = sum(len(w) + 160 for w in self.vocabulary)  # the string, its list and dict slots
         return int(arrays) + words + KEY_OVERHEAD * len(self.kinds)
 
@@ -86,12 +93,10 @@ class ProjectPostings:
             at = bisect.bisect_left(words, lexeme)
             if at == len(words) or not words[at].startswith(lexeme):
                 return at, at, False
-            exact = False
-        else:
-            exact = True
-            if not prefix or at + 1 == len(words) or not words[at + 1].startswith(lexeme):
-                return at, at + 1, True
-        return at, bisect.bisect_left(words, lexeme + PREFIX_END, at), exact
+            return at, bisect.bisect_left(words, lexeme + PREFIX_END, at), False
+        if not prefix:
+            return at, at + 1, True
+        return at, int(self.prefix_ends[at]), True
 
 
 _NO_TFS = np.empty(0, dtype=np.float64)
