@@ -23,7 +23,7 @@ from service.store.base import Filters, Fusion, Mode, SearchPage, SearchPlan
 from service.store.sqlite.connection import connect
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex
-from service.store.sqlite.search import run_search
+from service.store.sqlite.search import build, run_search
 from service.store.sqlite.vector_cache import VectorCache
 from tests.integration.conftest import Corpus
 from tests.support.postings_corpus import QUERIES, scored_projects
@@ -104,6 +104,32 @@ async def test_search_statements_are_not_prepared_again(
             assert compiled == 0, (plan.mode, plan.fusion, plan.lexical, plan.filters, cache)
             assert pages[0] == pages[1]
             assert plan.mode is not Mode.FTS or pages[0].total, plan.lexical
+    finally:
+        checker.close()
+        conn.close()
+
+
+async def test_filtered_postings_are_read_by_term_not_probed_by_document(
+    sqlite_corpus: tuple[Corpus, Path], embedder: DeterministicEmbedder
+) -> None:
+    """With filters, each term's postings are one key range, each posting checked against
+    the eligible documents. Offered `doc_id IN (eligible)` as a key column, SQLite probed
+    every eligible document under every term and project instead (42 ms against 3.3 ms for
+    a kind filter over 10 projects at 100k chunks, the same rows)."""
+    corpus, path = sqlite_corpus
+    projects = await scored_projects(corpus, random.Random(3))
+    conn, _ = connect(path, True, reader=True)
+    index = VectorIndex(embedder.identity, True)
+    checker = Fts5Checker()
+    try:
+        for mode in (Mode.FTS, Mode.HYBRID):
+            for filters in (Filters(kinds=("note",)), Filters(directory_prefix="docs")):
+                plan = await corpus.plan(projects, mode, "deploy freeze", filters=filters)
+                sql, bindings = build(plan, index, checker)
+                steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, bindings)]
+                postings = [s for s in steps if s.startswith("SEARCH x USING PRIMARY KEY")]
+                assert postings, steps
+                assert not [s for s in postings if "doc_id=?" in s], postings
     finally:
         checker.close()
         conn.close()

@@ -89,7 +89,11 @@ term_df AS MATERIALIZED (
     FROM query_terms AS t
 ),"""  # noqa: S608 - only constant fragments are interpolated
 WEIGHTED_WINDOW = "(SELECT f.*, COUNT(*) OVER (PARTITION BY f.term) AS df FROM term_tf AS f)"
-ELIGIBLE_POSTINGS = "\n      AND x.doc_id IN (SELECT doc_id FROM eligible)"
+# A filter on each posting of the term's range, not a key: offered `doc_id IN (eligible)`
+# as the last key column, SQLite probed every eligible document under every term and
+# project (3 terms x 10 projects x 3,777 documents of a kind filter: 42 ms at 100k chunks,
+# against 3.3 ms reading the terms' postings and checking each).
+ELIGIBLE_POSTINGS = "\n      AND +x.doc_id IN (SELECT doc_id FROM eligible)"
 
 # avg() of integers is their exact sum over the count, so both forms give the same doubles.
 SCOPE_STATS = """
