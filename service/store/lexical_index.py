@@ -28,7 +28,6 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -145,7 +144,7 @@ def scope_avgdl(n: int, sum_dl: int) -> float:
     checks that its own division agrees)."""
     if n == 0 or sum_dl == 0:
         return 1.0
-    return float(Fraction(sum_dl, n))
+    return sum_dl / n  # int / int: the correctly rounded quotient, as float(Fraction) is
 
 
 Span = tuple[int, int, bool]  # ProjectPostings.span of one term in one project

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import enum
+import functools
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -37,38 +40,47 @@ _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.
 _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
 
-def _lexical(
-    plan: SearchPlan, filters: str, fast: Proposal | None
-) -> tuple[list[str], str, dict[str, Any]]:
-    """The lexical CTEs, the page's relaxation flag expression, and their bindings.
+def _lexical_ctes(shape: _Shape) -> tuple[list[str], str]:
+    """The lexical CTEs and the page's relaxation flag expression.
 
-    Term statistics come from the eligible documents when there are `filters`, else from
-    the scope projects' lexical_stats (the same numbers without reading any document).
-    `fast` is the lexical cache's ranking, which the statement checks before using it."""
-    lexical = plan.lexical
-    if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
+    Term statistics come from the eligible documents when there are filters, else from the
+    scope projects' lexical_stats (the same numbers without reading any document). With
+    `fast`, the statement checks the lexical cache's ranking before using it."""
+    filters, fast = shape.filters, shape.fast
+    if shape.lexical is _Lexical.BLANK:
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
-        return [lx.FTS_ALL if plan.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER, {}
-    gate = lx.FAST_GATE if fast is not None else ""
-    vector_ok = lx.FAST_FOR_FTS if plan.mode is Mode.FTS else lx.FAST_FOR_HYBRID
+        return [lx.FTS_ALL if shape.mode is Mode.FTS else lx.FTS_NONE], lx.RELAXED_NEVER
+    gate = lx.FAST_GATE if fast else ""
+    vector_ok = lx.FAST_FOR_FTS if shape.mode is Mode.FTS else lx.FAST_FOR_HYBRID
     passes = q.DOCUMENT_PASSES.format(alias="x", filters=filters) if filters else ""
     postings = lx.TERM_TF.format(eligible=passes, gate=gate)
     stats = lx.ELIGIBLE_STATS if filters else lx.SCOPE_STATS
     # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
     ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats]
-    if fast is not None and plan.mode is Mode.FTS:
+    if fast and shape.mode is Mode.FTS:
         # Only the check and the ranking's rows (unfiltered: SCOPE_STATS).
         ctes = [lx.LEXICAL_INPUT, stats, lx.LEX_FAST.format(vector_ok=vector_ok), lx.FTS_FAST]
-    elif fast is not None:
+    elif fast:
         ctes += [
             lx.LEX_SHAPE, lx.LEX_FAST.format(vector_ok=vector_ok), postings, lx.BM25,
             lx.FTS_TIERED_FAST,
         ]
-    elif lexical.script_tsquery is None:
+    elif shape.lexical is _Lexical.WORDS:
         # Words only: the tiers may be counted (LEX_SHAPE checks the parsed forms).
         ctes += [postings, lx.BM25, lx.LEX_SHAPE, lx.FTS_TIERED_BY_COUNT]
     else:
         ctes += [postings, lx.BM25, lx.FTS_TIERED]
+    if shape.mode is Mode.FTS:
+        relaxed = lx.RELAXED_SUMMARY
+    else:
+        relaxed = lx.RELAXED_FLAG_FAST if fast else lx.RELAXED_FLAG
+    return ctes, relaxed
+
+
+def _lexical_bindings(plan: SearchPlan, fast: Proposal | None) -> dict[str, Any]:
+    lexical = plan.lexical
+    if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
+        return {}
     bindings = {
         "tsq": lexical.tsquery,
         "script_tsq": lexical.script_tsquery,
@@ -78,11 +90,7 @@ def _lexical(
     }
     if fast is not None:
         bindings.update(_fast_bindings(fast))
-    if plan.mode is Mode.FTS:
-        relaxed = lx.RELAXED_SUMMARY
-    else:
-        relaxed = lx.RELAXED_FLAG_FAST if fast is not None else lx.RELAXED_FLAG
-    return ctes, relaxed, bindings
+    return bindings
 
 
 def _fast_bindings(fast: Proposal) -> dict[str, Any]:
@@ -119,6 +127,25 @@ def offers_fast(plan: SearchPlan, lexical: PgLexicalCache | None = None) -> Shap
     return predict_shape(plan.lexical) if lexical is None else lexical.shape(plan.lexical)
 
 
+class _Lexical(enum.Enum):
+    BLANK = "blank"  # no lexical text: FTS lists the eligible documents
+    WORDS = "words"  # words only
+    SCRIPT = "script"  # with script phrases
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the statement text depends on (everything else is a binding)."""
+
+    mode: Mode
+    fusion: Fusion
+    filters: str
+    identity: tuple[str, int] | None  # (model, dimensions) of a semantic search
+    lexical: _Lexical
+    fast: bool
+    chunks: bool
+
+
 def build(
     plan: SearchPlan, candidates: Candidates | None = None, fast: Proposal | None = None
 ) -> tuple[str, dict[str, Any]]:
@@ -126,11 +153,36 @@ def build(
     vector cache's and `fast` the lexical cache's, which the statement checks before using
     them."""
     filters, bindings = filter_sql(plan.filters)
+    semantic = plan.mode is not Mode.FTS
+    identity = plan.identity
+    lexical = plan.lexical
+    if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
+        words = _Lexical.BLANK
+    else:
+        words = _Lexical.WORDS if lexical.script_tsquery is None else _Lexical.SCRIPT
+    shape = _Shape(
+        plan.mode, plan.fusion, filters,
+        (identity.model, int(identity.dimensions)) if semantic and identity else None,
+        words, fast is not None, semantic and plan.include_chunks,
+    )
+    if shape.identity is not None:
+        bindings.update(_candidate_bindings(candidates))
+    if plan.mode is not Mode.VECTOR:
+        bindings.update(_lexical_bindings(plan, fast))
+    bindings.update(_common_bindings(plan, semantic, bool(filters)))
+    return _text(shape), bindings
+
+
+@functools.lru_cache(maxsize=256)
+def _text(shape: _Shape) -> str:
+    """The statement text of a shape: assembled once (~10 kB from ~20 fragments), and the
+    same string object each time, whose hash `numbered` then never computes again."""
+    filters = shape.filters
     ctes = [q.OWNED, q.ELIGIBLE.format(filters=filters)]
     relaxed, exact, cache = lx.RELAXED_NEVER, q.EXACT_ALWAYS, q.CACHE_NONE
-    semantic = plan.mode is not Mode.FTS
-    if semantic and plan.identity is not None:
-        dims = int(plan.identity.dimensions)
+    semantic = shape.mode is not Mode.FTS
+    if shape.identity is not None:
+        model, dims = shape.identity
         # Filters restrict the vector scans to eligible documents; without, the scope is enough.
         vectors, passes, knn_eligible = "vectors", "", q.KNN_OWNED
         if filters:
@@ -140,37 +192,34 @@ def build(
         ctes += [
             q.VECTOR_COUNT.format(eligible=passes) if filters else q.VECTOR_COUNT_SCOPE,
             q.CACHE_FRESH,
-            q.KNN.format(dims=dims, model=q.sql_literal(plan.identity.model)),
+            q.KNN.format(dims=dims, model=q.sql_literal(model)),
             q.EXACT_OR_KNN_SIMS.format(vectors=vectors, knn_eligible=knn_eligible),
             q.VECTOR_SCORES,
         ]
         exact, cache = q.EXACT_BY_COUNT, q.CACHE_GENS
-        bindings.update(_candidate_bindings(candidates))
-    if plan.mode is not Mode.VECTOR:
+    if shape.mode is not Mode.VECTOR:
         # After the vector channel's CTEs: with the lexical cache, LEX_FAST reads their
         # freshness (a CTE's place in WITH does not change the plan).
-        lexical_ctes, relaxed, lexical_bindings = _lexical(plan, filters, fast)
+        lexical_ctes, relaxed = _lexical_ctes(shape)
         ctes += lexical_ctes
-        bindings.update(lexical_bindings)
     total = q.TOTAL_NONE
     if not semantic:
         # FTS: the top score, the total and the relaxation flag are one summary row.
-        ctes.append(q.FTS_SUMMARY_FAST if fast is not None else q.FTS_SUMMARY)
+        ctes.append(q.FTS_SUMMARY_FAST if shape.fast else q.FTS_SUMMARY)
         total = q.TOTAL_SUMMARY
-    scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
-    if plan.mode is Mode.HYBRID and fast is not None:
+    scored = _HYBRID[shape.fusion] if shape.mode is Mode.HYBRID else _SCORED[shape.mode]
+    if shape.mode is Mode.HYBRID and shape.fast:
         scored = q.SCORED_RRF_FAST
     lex, used, seen = (
-        (lx.LEX_GENS, lx.LEX_USED, lx.LEX_SEEN) if fast is not None else (q.CACHE_NONE,) * 3
+        (lx.LEX_GENS, lx.LEX_USED, lx.LEX_SEEN) if shape.fast else (q.CACHE_NONE,) * 3
     )
     meta = q.META.format(
         relaxed=relaxed, exact=exact, total=total, cache=cache, lex=lex, lex_used=used,
         lex_seen=seen,
     )
     ctes += [scored, q.PAGE, meta]
-    chunks = q.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
-    bindings.update(_common_bindings(plan, semantic, bool(filters)))
-    return q.statement(ctes, chunks), bindings
+    chunks = q.TOP_CHUNKS if shape.chunks else q.CHUNKS_NONE
+    return q.statement(ctes, chunks)
 
 
 def _candidate_bindings(candidates: Candidates | None) -> dict[str, Any]:
