@@ -19,10 +19,12 @@ and uses them only when all of it is what the statement itself sees:
 - each term's idf recomputed in SQL from the document counts (the same `ln` the SQL path
   uses).
 
-Otherwise the statement ranks in SQL as before. Filtered scopes, script phrases and queries
-whose membership needs the tsvectors (NOT, phrases) always take the SQL path; so do HYBRID
-searches, whose RRF reads the whole lexical list. Bounded like the matrices: least
-recently used out past `budget_bytes`; a scope that does not fit takes the SQL path.
+Otherwise the search ranks in SQL as before: HYBRID in the same statement; FTS, whose
+statement holds only the check and the page's rows, in a second one. Filtered scopes, script
+phrases and queries whose membership needs the tsvectors (NOT, phrases) always take the SQL
+path; so does HYBRID fused by MAX_MIN. HYBRID fused by RRF is passed the rows RRF can reach
+(search._proposal). Bounded like the matrices: least recently used out past
+`budget_bytes`; a scope that does not fit takes the SQL path.
 """
 
 from __future__ import annotations

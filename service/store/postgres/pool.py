@@ -75,11 +75,12 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     first (roll back an open transaction, drop listeners).
 
     asyncpg's default sends `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` at
-    every release, a round trip that a search awaits before it returns: ~0.25 ms of a 1 ms
-    FTS search. The service leaves no session state behind: its settings are startup
-    parameters (`server_settings`) or `SET LOCAL`, its advisory locks are transaction-level,
-    and it uses no LISTEN and no cursor outside a transaction. Whoever adds session state
-    must reset it here."""
+    every release, a round trip that a search awaits before it returns (the store's FTS call
+    at 100k chunks, interleaved with other engines: 2.34 -> 2.19 ms p50 without it). The
+    service leaves no session state behind: its settings are startup parameters
+    (`server_settings`) or `SET LOCAL`, its advisory locks are transaction-level, and it uses
+    no LISTEN and no cursor outside a transaction. Whoever adds session state must reset it
+    here."""
     del conn
 
 
