@@ -11,6 +11,7 @@ ranking really serves most of them.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import AsyncIterator
@@ -202,3 +203,67 @@ async def test_a_refused_ranking_is_ranked_in_sql_by_a_second_statement(
     assert cache.served == served + 1
     assert [s for s in statements if "lex_fast" in s] == statements[-1:]
     assert _page(page) == _page(await plain.search([project], Mode.FTS, "deploy"))
+
+
+async def test_concurrent_searches_and_another_writer_never_serve_a_stale_ranking(
+    pair: tuple[Corpus, Corpus],
+) -> None:
+    """FTS searches run concurrently while another store (another process, as far as this
+    store's cache knows) rewrites, adds and deletes documents: rankings read before a write
+    are refused by statements that see it, and ranked again in SQL. Every page is ordered by
+    tier, then score; none fails; and once the writes stop, every page equals the SQL store's
+    bit for bit."""
+    fast, plain = pair
+    rng = random.Random(32)
+    projects = [(await fast.project(f"c{i}")).project_id for i in range(3)]
+    for project in projects:
+        plain.owners[project] = fast.tenant
+        await fast.write(project, [Doc("note", str(i), _text(rng)) for i in range(30)])
+    texts = [q for q in QUERIES if predict_shape(compile_query(q)) is not None]
+    cache = fast.store._lexical_cache  # type: ignore[attr-defined]
+    for text in texts:
+        await fast.search(projects, Mode.FTS, text)  # the postings are held
+    before, served = cache.stats().fallbacks, cache.served
+    writing = True
+
+    async def write() -> None:
+        nonlocal writing
+        try:
+            for round_ in range(12):
+                project = rng.choice(projects)
+                ids = [str(rng.randrange(40)) for _ in range(4)]
+                if round_ % 3 == 2:
+                    await plain.store.delete_documents(
+                        fast.tenant, project, [("note", r) for r in ids]
+                    )
+                else:
+                    await plain.write(project, [Doc("note", r, _text(rng)) for r in ids])
+                await asyncio.sleep(0.01)
+        finally:
+            writing = False
+
+    async def search(worker: int) -> int:
+        pages = 0
+        while writing:
+            text = texts[(worker + pages) % len(texts)]
+            page = await fast.search(projects, Mode.FTS, text, limit=7)
+            order = [(-h.fts_score,) for h in page.hits]
+            assert order == sorted(order) or page.relaxed, (text, order)
+            assert page.total is not None
+            assert page.total >= len(page.hits)
+            pages += 1
+        return pages
+
+    searches = [asyncio.create_task(search(w)) for w in range(4)]
+    try:
+        await write()
+    finally:
+        pages = await asyncio.gather(*searches)
+    assert sum(pages) > 20
+    assert cache.stats().fallbacks > before  # some rankings were refused and ranked in SQL
+    assert cache.served > served  # and others were used, between the writes
+    for text in texts:
+        for limit, offset in ((10, 0), (3, 2)):
+            got = await fast.search(projects, Mode.FTS, text, limit=limit, offset=offset)
+            want = await plain.search(projects, Mode.FTS, text, limit=limit, offset=offset)
+            assert _page(got) == _page(want), text
