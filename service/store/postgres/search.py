@@ -317,16 +317,17 @@ async def run_search(
                 log.warning("postgres lexical cache read failed", exc_info=True)
     started = time.monotonic()
     rows = await _fetch(conn, plan, candidates, fast, statement_timeout)
-    if fast is not None and lexical is not None and rows[0]["lex_gens"] is not None:
+    if fast is not None and lexical is not None:
         used = bool(rows[0]["lex_used"])
-        lexical.observed(fast.project_ids, list(rows[0]["lex_gens"]), used)
-        if not used:
-            lexical.learn(fast.shape, rows[0]["lex_seen"])
-            if plan.mode is Mode.FTS:
-                # The FTS statement holds no SQL ranking: refused, the SQL-ranked one runs,
-                # within what is left of the search's time.
-                left = _left(statement_timeout, started)
-                rows = await _fetch(conn, plan, candidates, None, left)
+        if rows[0]["lex_gens"] is not None:
+            lexical.observed(fast.project_ids, list(rows[0]["lex_gens"]), used)
+            if not used:
+                lexical.learn(fast.shape, rows[0]["lex_seen"])
+        if not used and plan.mode is Mode.FTS:
+            # The FTS statement holds no SQL ranking: refused, the SQL-ranked one runs,
+            # within what is left of the search's time.
+            left = _left(statement_timeout, started)
+            rows = await _fetch(conn, plan, candidates, None, left)
     if candidates is not None and cache is not None and rows[0]["cache_gens"] is not None:
         cache.observed(candidates.project_ids, list(rows[0]["cache_gens"]))
     return page_from_rows(plan, rows)
