@@ -76,9 +76,11 @@ def search_plan(
 
 
 async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
-    """A store of the harness on the server's database (no background index upkeep)."""
+    """A store of the harness on the server's database (no background index upkeep), its
+    caches' start-up reads done (as the server's are before the harness times it), so that
+    its first searches do not share the process with them."""
     url = settings.database_url.reveal()
-    store: Store
+    store: PostgresStore | SqliteStore
     if url:
         store = PostgresStore(url, identity, max_size=2, ann_maintenance=False,
                               vector_cache_bytes=cache_budget(settings.pg_vector_cache_mb),
@@ -87,6 +89,7 @@ async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
         store = SqliteStore(sqlite_path(url, settings.data_dir), identity,
                             vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb))
     await store.open()
+    await store.warmed()
     return store
 
 

@@ -154,7 +154,8 @@ class PostgresStore:
             log.info("postgres vector cache warm", extra={"projects": read})
 
     async def warmed(self) -> None:
-        """Wait for the vector cache's start-up read (tests, benchmarks)."""
+        """Wait for the caches' start-up reads (lexical postings, then vectors; tests,
+        benchmarks)."""
         if self._warming is not None:
             await asyncio.shield(self._warming)
 
