@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 PREFIX_END = chr(0x10FFFF)  # lexemes with a prefix p lie in [p, p + PREFIX_END), as in SQL
 KEY_OVERHEAD = 96  # bytes a document's key costs besides the arrays, as Python holds it
+MAX_MASKS = 16  # kind filters remembered per project (all forgotten when full)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class ProjectPostings:
     prefix_ends: NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
 
     documents: dict[tuple[str, str], int] = field(default_factory=dict)  # filled on demand
+    masks: dict[frozenset[str], NDArray[np.bool_]] = field(default_factory=dict)  # on demand
 
     def __post_init__(self) -> None:
         if not self.positions:
@@ -73,6 +75,17 @@ class ProjectPostings:
                 (key, i) for i, key in enumerate(zip(self.kinds, self.row_ids, strict=True))
             )
         return self.documents.get((kind, row_id))
+
+    def of_kinds(self, kinds: frozenset[str]) -> NDArray[np.bool_]:
+        """Which documents are of one of `kinds` (a kind filter; a document's kind is part
+        of its identity, so the mask holds as long as the postings do)."""
+        mask = self.masks.get(kinds)
+        if mask is None:
+            if len(self.masks) >= MAX_MASKS:
+                self.masks.clear()
+            mask = np.fromiter((k in kinds for k in self.kinds), dtype=bool, count=len(self.kinds))
+            self.masks[kinds] = mask
+        return mask
 
     @cached_property
     def nbytes(self) -> int:
@@ -176,17 +189,27 @@ def rank(
     wanted: int,
     also: Sequence[tuple[int, int]] = (),
     spans: Sequence[Sequence[Span]] | None = None,
+    eligible: Sequence[NDArray[np.bool_]] | None = None,
 ) -> Ranking:
     """The scope's documents holding the terms, the first `wanted` in page order (tier,
     score descending, then identity: scope projects ascending, documents in their order),
     then those of `also` ((scope position, document index) pairs) that are listed further
     down, each with its place in the whole list; and the exact total, top score and
-    relaxation flag of the whole list. `spans`: term_spans(scope, terms), if known."""
+    relaxation flag of the whole list. `spans`: term_spans(scope, terms), if known.
+    `eligible`: each project's documents that pass the filters (N, avgdl and every df are
+    then those of the eligible documents, as search_sql's ELIGIBLE_STATS counts them)."""
     if spans is None:
         spans = term_spans(scope, terms)
-    n_docs = sum(p.n for p in scope)
+    mask = None
+    if eligible is None:
+        n_docs, sum_dl = sum(p.n for p in scope), sum(p.sum_dl for p in scope)
+    else:
+        mask = np.concatenate(list(eligible)) if scope else np.empty(0, dtype=bool)
+        n_docs = int(np.count_nonzero(mask))
+        # Lengths are integers held as float64: their sum is exact below 2**53.
+        sum_dl = sum(int(p.lengths[m].sum()) for p, m in zip(scope, eligible, strict=True))
     n = float(n_docs)
-    avgdl = scope_avgdl(n_docs, sum(p.sum_dl for p in scope))
+    avgdl = scope_avgdl(n_docs, sum_dl)
     offsets = np.cumsum([0] + [len(p.kinds) for p in scope], dtype=np.int64)
     size = int(offsets[-1])
     scores = np.zeros(size, dtype=np.float64)
@@ -195,6 +218,9 @@ def rank(
     dfs, idfs = [], []
     for of_term in spans:
         at, tf = _postings(scope, offsets, of_term)
+        if mask is not None:
+            keep = mask[at]
+            at, tf = at[keep], tf[keep]
         df = float(len(at))
         idf = math.log(1.0 + (((n - df) + 0.5) / (df + 0.5)))
         dfs.append(df)

@@ -22,7 +22,7 @@ import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.projects.lexical import compile_query
-from service.store.base import Mode, SearchPage
+from service.store.base import Filters, Mode, SearchPage
 from service.store.postgres.lexical_cache import PgLexicalCache, predict_shape
 from tests.integration.conftest import Corpus, Doc, fresh_backend
 
@@ -77,8 +77,11 @@ def _page(page: SearchPage) -> tuple[object, ...]:
 
 # HYBRID: the whole scope scanned exactly (the whole lexical list is passed), or the vector
 # cache's nearest chunks (the first rows and the candidates' places are passed).
-SHAPES: tuple[tuple[Mode, dict[str, int]], ...] = (
+SHAPES: tuple[tuple[Mode, dict[str, object]], ...] = (
     (Mode.FTS, {}),
+    # A kind filter: N, avgdl and df over the eligible documents, ranked in process too.
+    (Mode.FTS, {"filters": Filters(kinds=("note",))}),
+    (Mode.FTS, {"filters": Filters(kinds=("issue", "note"))}),
     (Mode.HYBRID, {"exact_scan_limit": 50_000}),
     (Mode.HYBRID, {"exact_scan_limit": 5}),
 )
@@ -118,7 +121,10 @@ async def test_fast_pages_equal_sql_pages_through_random_writes(
         plain.owners[project] = fast.tenant
     rows: dict[int, list[str]] = {p: [] for p in projects}
     for project in projects:
-        docs = [Doc("note", str(i), _text(rng), title=_text(rng)) for i in range(40)]
+        docs = [
+            Doc("issue" if i % 3 == 0 else "note", str(i), _text(rng), title=_text(rng))
+            for i in range(40)
+        ]
         rows[project] = [d.row_id for d in docs]
         await fast.write(project, docs)
     scopes = [projects, projects[:1], projects[1:]]
@@ -267,3 +273,33 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
             got = await fast.search(projects, Mode.FTS, text, limit=limit, offset=offset)
             want = await plain.search(projects, Mode.FTS, text, limit=limit, offset=offset)
             assert _page(got) == _page(want), text
+
+
+async def test_a_kind_filter_is_ranked_in_process_over_the_eligible_documents(
+    pair: tuple[Corpus, Corpus],
+) -> None:
+    """With a kind filter, N, avgdl and each term's df are those of the documents of those
+    kinds (ELIGIBLE_STATS): the ranking in process counts the same, so the statement uses
+    it, one statement, and the page equals the SQL store's."""
+    fast, plain = pair
+    project = (await fast.project("k")).project_id
+    plain.owners[project] = fast.tenant
+    await fast.write(project, [
+        Doc("issue" if i % 2 else "note", str(i), f"deploy freeze window {i} " * (1 + i % 4))
+        for i in range(12)
+    ])
+    filters = Filters(kinds=("note",))
+    plan = await fast.plan([project], Mode.FTS, "deploy window", filters=filters)
+    await fast.store.search(plan)  # the postings are read
+    cache = fast.store._lexical_cache  # type: ignore[attr-defined]
+    served = cache.served
+
+    page, statements = await fast.counted(plan)
+
+    assert cache.served == served + 1
+    assert len(statements) == 1
+    assert "lex_fast" in statements[0]
+    assert {h.kind for h in page.hits} == {"note"}
+    assert page.total == 6
+    want = await plain.search([project], Mode.FTS, "deploy window", filters=filters)
+    assert _page(page) == _page(want)

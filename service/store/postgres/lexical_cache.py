@@ -235,6 +235,7 @@ class PgLexicalCache:
         also: Sequence[tuple[int, str, str]] = (),
         *,
         complete: bool = False,
+        kinds: frozenset[str] = frozenset(),
         statement_timeout: float | None = None,
     ) -> Proposal | None:
         """The scope's first `wanted` rows by the in-process ranking, and those of the
@@ -242,7 +243,8 @@ class PgLexicalCache:
         its place in the whole list; loading the missing projects; None when the scope
         cannot be held at once. `complete`: the whole list, None if longer than `wanted`.
         A project is read within the search's `statement_timeout`; while another search is
-        reading, this one does not wait for it (None: the statement ranks in SQL)."""
+        reading, this one does not wait for it (None: the statement ranks in SQL). `kinds`:
+        a kind filter (only documents of those kinds are ranked and counted)."""
         scope = sorted({int(p) for p in project_ids})
         held = self._held(scope)
         if held is None and not self._loading.locked():
@@ -260,8 +262,10 @@ class PgLexicalCache:
                 extra.append((position, document))
         terms = list(shape.terms)
         spans = term_spans(held, terms)
+        eligible = [p.of_kinds(kinds) for p in held] if kinds else None
         ranking_of = functools.partial(
-            rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra, spans
+            rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra, spans,
+            eligible,
         )
         if postings_count(held, spans) > THREAD_POSTINGS:
             ranking = await asyncio.to_thread(ranking_of)

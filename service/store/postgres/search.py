@@ -18,6 +18,7 @@ from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
     SNIPPET_CHARS,
+    Filters,
     Fusion,
     Mode,
     SearchHit,
@@ -38,6 +39,7 @@ KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same
 MAX_COMPLETE_ROWS = 5_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
 _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
+NO_FILTERS = Filters()
 
 
 def _lexical_ctes(shape: _Shape) -> tuple[list[str], str]:
@@ -58,7 +60,7 @@ def _lexical_ctes(shape: _Shape) -> tuple[list[str], str]:
     # Each posting's BM25 part is computed with it (TERM_TF), so N and avgdl come first.
     ctes = [lx.LEXICAL_INPUT, lx.QUERY_TERMS, stats]
     if fast and shape.mode is Mode.FTS:
-        # Only the check and the ranking's rows (unfiltered: SCOPE_STATS).
+        # Only the check and the ranking's rows (SCOPE_STATS; ELIGIBLE_STATS for kinds).
         ctes = [lx.LEXICAL_INPUT, stats, lx.LEX_FAST.format(vector_ok=vector_ok), lx.FTS_FAST]
     elif fast:
         ctes += [
@@ -117,10 +119,14 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
 
 
 def offers_fast(plan: SearchPlan, lexical: PgLexicalCache | None = None) -> Shape | None:
-    """The predicted lexical shape when the lexical cache may rank this search: FTS, or
-    HYBRID fused by RRF, no filters, a counted query of plain words (predicted with what
-    the `lexical` cache learned)."""
-    if plan.mode is Mode.VECTOR or filter_sql(plan.filters)[0]:
+    """The predicted lexical shape when the lexical cache may rank this search: FTS (no
+    filter but kinds), or HYBRID fused by RRF (no filters), a counted query of plain words
+    (predicted with what the `lexical` cache learned)."""
+    if plan.mode is Mode.VECTOR:
+        return None
+    if plan.filters != NO_FILTERS and (
+        plan.mode is not Mode.FTS or plan.filters != Filters(kinds=plan.filters.kinds)
+    ):
         return None
     if plan.mode is Mode.HYBRID and plan.fusion is not Fusion.RRF:
         return None
@@ -366,7 +372,7 @@ async def _proposal(
     if plan.mode is Mode.FTS:
         return await lexical.propose(
             conn, plan.project_ids, shape, k1, b, plan.offset + plan.limit,
-            statement_timeout=statement_timeout,
+            kinds=frozenset(plan.filters.kinds), statement_timeout=statement_timeout,
         )
     wanted = plan.offset + plan.limit + 1
     if candidates is None:
