@@ -20,11 +20,13 @@ and uses them only when all of it is what the statement itself sees:
   uses).
 
 Otherwise the search ranks in SQL as before: HYBRID in the same statement; FTS, whose
-statement holds only the check and the page's rows, in a second one. Filtered scopes, script
-phrases and queries whose membership needs the tsvectors (NOT, phrases) always take the SQL
-path; so does HYBRID fused by MAX_MIN. HYBRID fused by RRF is passed the rows RRF can reach
-(search._proposal). Bounded like the matrices: least recently used out past
-`budget_bytes`; a scope that does not fit takes the SQL path.
+statement holds only the check and the page's rows, in a second one. A kind filter is ranked
+here too (N, avgdl and df over the documents of those kinds, as ELIGIBLE_STATS counts them);
+other filters, script phrases and queries whose membership needs the tsvectors (NOT,
+phrases) always take the SQL path; so do filtered HYBRID and HYBRID fused by MAX_MIN.
+HYBRID fused by RRF is passed the rows RRF can reach (search._proposal). Bounded like the
+matrices: least recently used out past `budget_bytes`; a scope that does not fit takes the
+SQL path.
 """
 
 from __future__ import annotations
