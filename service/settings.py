@@ -118,8 +118,8 @@ class Settings:
     pg_lexical_cache_mb: int = field(
         default=-1,
         metadata=_doc("PostgreSQL: memory for in-process lexical postings that rank an "
-                      "unfiltered FTS or HYBRID (RRF) search instead of the statement's SQL "
-                      "BM25 (per "
+                      "FTS search (unfiltered, or filtered by kind) or an unfiltered HYBRID "
+                      "(RRF) search instead of the statement's SQL BM25 (per "
                       "project, checked against the database's generations and the query's "
                       "parsed terms by each search, least recently used out); -1 = an eighth "
                       "of the memory the process may use (cgroup limit, else RAM), at least "
