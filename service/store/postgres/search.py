@@ -14,6 +14,7 @@ import asyncpg
 from pgvector import Vector
 
 from service import errors
+from service.projects.lexical import LexicalQuery
 from service.store.base import (
     FUSION_BONUS,
     MAX_MATCHED_CHUNKS,
@@ -39,7 +40,6 @@ KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same
 MAX_COMPLETE_ROWS = 5_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
 _HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
-NO_FILTERS = Filters()
 
 
 def _lexical_ctes(shape: _Shape) -> tuple[list[str], str]:
@@ -79,10 +79,15 @@ def _lexical_ctes(shape: _Shape) -> tuple[list[str], str]:
     return ctes, relaxed
 
 
-def _lexical_bindings(plan: SearchPlan, fast: Proposal | None) -> dict[str, Any]:
-    lexical = plan.lexical
+def _lexical_form(lexical: LexicalQuery | None) -> _Lexical:
     if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
-        return {}
+        return _Lexical.BLANK
+    return _Lexical.WORDS if lexical.script_tsquery is None else _Lexical.SCRIPT
+
+
+def _lexical_bindings(
+    plan: SearchPlan, lexical: LexicalQuery, fast: Proposal | None
+) -> dict[str, Any]:
     bindings = {
         "tsq": lexical.tsquery,
         "script_tsq": lexical.script_tsquery,
@@ -122,13 +127,9 @@ def offers_fast(plan: SearchPlan, lexical: PgLexicalCache | None = None) -> Shap
     """The predicted lexical shape when the lexical cache may rank this search: FTS (no
     filter but kinds), or HYBRID fused by RRF (no filters), a counted query of plain words
     (predicted with what the `lexical` cache learned)."""
-    if plan.mode is Mode.VECTOR:
-        return None
-    if plan.filters != NO_FILTERS and (
-        plan.mode is not Mode.FTS or plan.filters != Filters(kinds=plan.filters.kinds)
-    ):
-        return None
-    if plan.mode is Mode.HYBRID and plan.fusion is not Fusion.RRF:
+    if plan.mode is Mode.VECTOR or plan.filters != Filters(kinds=plan.filters.kinds):
+        return None  # of the filters, only kinds are ranked in process
+    if plan.mode is Mode.HYBRID and (plan.fusion is not Fusion.RRF or plan.filters.kinds):
         return None
     return predict_shape(plan.lexical) if lexical is None else lexical.shape(plan.lexical)
 
@@ -161,20 +162,16 @@ def build(
     filters, bindings = filter_sql(plan.filters)
     semantic = plan.mode is not Mode.FTS
     identity = plan.identity
-    lexical = plan.lexical
-    if lexical is None or (lexical.tsquery is None and lexical.script_tsquery is None):
-        words = _Lexical.BLANK
-    else:
-        words = _Lexical.WORDS if lexical.script_tsquery is None else _Lexical.SCRIPT
     shape = _Shape(
         plan.mode, plan.fusion, filters,
         (identity.model, int(identity.dimensions)) if semantic and identity else None,
-        words, fast is not None, semantic and plan.include_chunks,
+        _lexical_form(plan.lexical), fast is not None, semantic and plan.include_chunks,
     )
     if shape.identity is not None:
         bindings.update(_candidate_bindings(candidates))
-    if plan.mode is not Mode.VECTOR:
-        bindings.update(_lexical_bindings(plan, fast))
+    lexical = plan.lexical
+    if plan.mode is not Mode.VECTOR and lexical is not None and shape.lexical is not _Lexical.BLANK:
+        bindings.update(_lexical_bindings(plan, lexical, fast))
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
     return _text(shape), bindings
 
