@@ -87,7 +87,8 @@ async def open_store(settings: Settings, identity: EmbeddingIdentity) -> Store:
                               lexical_cache_bytes=cache_budget(settings.pg_lexical_cache_mb))
     else:
         store = SqliteStore(sqlite_path(url, settings.data_dir), identity,
-                            vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb))
+                            vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb),
+                            lexical_cache_bytes=cache_budget(settings.sqlite_lexical_cache_mb))
     await store.open()
     await store.warmed()
     return store
@@ -134,23 +135,30 @@ def _builder(module: object, name: str) -> Any:
 
 class SqliteStatement:
     """`service.store.sqlite.search.fetch_rows(...)` on an apsw connection: the statement
-    and, on the KNN path, the vector cache's candidates it binds (as the store runs it)."""
+    and, on the KNN path, the vector cache's candidates it binds, and for FTS the lexical
+    cache's ranking it asks for (as the store runs it)."""
 
     description = (
         "service.store.sqlite.search.fetch_rows() (the statement, with the vector cache's "
-        "KNN candidates as the store binds them) on an apsw reader connection"
+        "KNN candidates and the lexical cache's ranking as the store has them) on an apsw "
+        "reader connection"
     )
 
-    def __init__(self, path: Path, cache_bytes: int) -> None:
+    def __init__(self, path: Path, cache_bytes: int, lexical_bytes: int = 0) -> None:
         from service.store.sqlite import search
         from service.store.sqlite.connection import connect
+        from service.store.sqlite.lexical_cache import SqliteLexicalCache
         from service.store.sqlite.lexical_check import Fts5Checker, register_functions
         from service.store.sqlite.schema import SELECT_VECTOR_INDEX, VectorIndex
         from service.store.sqlite.vector_cache import VectorCache
 
         self._fetch = _builder(search, "fetch_rows")
-        self._cache = VectorCache(cache_bytes)  # the server's budget
+        self._page = _builder(search, "page_from_rows")
+        self._cache = VectorCache(cache_bytes)  # the server's budgets
+        self._lexical = SqliteLexicalCache(lexical_bytes)
         self._conn, support = connect(path, True, reader=True)
+        if self._lexical.enabled:
+            self._lexical.warm(self._conn)  # as the server's start-up does
         register_functions(self._conn)
         row = self._conn.execute(SELECT_VECTOR_INDEX).fetchone()
         usable = row is not None and support.loaded and not row[2]
@@ -160,7 +168,7 @@ class SqliteStatement:
     async def run(self, plan: SearchPlan) -> float:
         """Execute and fetch every row."""
         started = time.perf_counter()
-        self._fetch(self._conn, plan, self._index, self._checker, self._cache)
+        self._fetch(self._conn, plan, self._index, self._checker, self._cache, self._lexical)
         return time.perf_counter() - started
 
     async def close(self) -> None:
@@ -169,12 +177,23 @@ class SqliteStatement:
         self._conn.close()
 
     def counters(self) -> str:
-        """Nothing to report."""
-        return ""
+        """Searches ranked from the lexical cache, and the cache's figures."""
+        stats = self._lexical.stats()
+        return (f"lexical cache: {stats.served} searches ranked in process, "
+                f"{stats.fallbacks} in SQL for want of room, {stats.loads} project loads")
 
     async def agreement(self, plans: Sequence[SearchPlan]) -> str:
-        """SQLite has no in-process lexical ranking."""
-        return ""
+        """Each plan's page from the lexical cache's ranking against the same page ranked in
+        SQL: documents, order, every score, total and relaxation."""
+        same = 0
+        for plan in plans:
+            pages = [
+                self._page(plan, self._fetch(self._conn, plan, self._index, self._checker,
+                                             self._cache, lexical))
+                for lexical in (self._lexical, None)
+            ]
+            same += pages[0] == pages[1]
+        return f"{same} of {len(plans)} pages identical to the SQL ranking's"
 
 
 class PostgresStatement:
@@ -261,7 +280,8 @@ async def open_statement(
             )
         else:
             statement = SqliteStatement(sqlite_path(url, settings.data_dir),
-                                        cache_budget(settings.sqlite_vector_cache_mb))
+                                        cache_budget(settings.sqlite_vector_cache_mb),
+                                        cache_budget(settings.sqlite_lexical_cache_mb))
         probe = Query((1,), "probe words", np.zeros(identity.dimensions, dtype=np.float32))
         probe.vector[0] = 1.0
         for mode in Mode:

@@ -136,12 +136,13 @@ class _StoreCollector(Collector):
 
 
 def _lexical_cache(cache: LexicalCacheStats | None) -> Iterator[Metric]:
-    """The PostgreSQL store's in-process postings, when on."""
+    """The store's in-process postings (either store), when on."""
     if cache is None:
         return
     yield GaugeMetricFamily(
         "search_lexical_cache_bytes",
-        "Lexical postings held in memory (SEARCH_PG_LEXICAL_CACHE_MB is the budget).",
+        "Lexical postings held in memory (SEARCH_PG_LEXICAL_CACHE_MB or "
+        "SEARCH_SQLITE_LEXICAL_CACHE_MB is the budget).",
         value=cache.bytes,
     )
     yield GaugeMetricFamily(
@@ -152,8 +153,9 @@ def _lexical_cache(cache: LexicalCacheStats | None) -> Iterator[Metric]:
         ("loads", "Project postings read from the database.", cache.loads),
         ("evictions", "Projects dropped to stay within the budget.", cache.evictions),
         ("served", "FTS / HYBRID searches ranked from the in-process postings.", cache.served),
-        ("fallbacks", "Searches offered an in-process ranking that the statement ranked in "
-         "SQL (a project had changed, or PostgreSQL parsed the query otherwise).",
+        ("fallbacks", "Searches ranked in SQL although the in-process postings were asked "
+         "(PostgreSQL: a project had changed, or it parsed the query otherwise; both: the "
+         "scope did not fit the budget).",
          cache.fallbacks),
     ):
         yield CounterMetricFamily(f"search_lexical_cache_{name}", help_text, value=value)

@@ -364,6 +364,7 @@ async def _build_servicers(
                 replica_check_interval=settings.replica_check_interval,
                 partitions=settings.pg_partitions,
                 sqlite_vector_cache_bytes=cache_budget(settings.sqlite_vector_cache_mb),
+                sqlite_lexical_cache_bytes=cache_budget(settings.sqlite_lexical_cache_mb),
                 pg_vector_cache_bytes=cache_budget(settings.pg_vector_cache_mb),
                 pg_lexical_cache_bytes=cache_budget(settings.pg_lexical_cache_mb),
                 vector_cache_refresh=settings.vector_cache_refresh_seconds,

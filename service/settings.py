@@ -103,8 +103,7 @@ class Settings:
         default=-1,
         metadata=_doc("SQLite: memory for in-process KNN matrices (per project, least "
                       "recently used out); -1 = an eighth of the memory the process may use "
-                      "(cgroup limit, else RAM), at least 256; scopes that do not fit use "
-                      "vec0; 0 = always vec0."),
+                      "(cgroup limit, else RAM), at least 256; larger scopes: vec0; 0 = vec0."),
     )
     pg_vector_cache_mb: int = field(
         default=-1,
@@ -119,11 +118,17 @@ class Settings:
         default=-1,
         metadata=_doc("PostgreSQL: memory for in-process lexical postings that rank an "
                       "FTS search (unfiltered, or filtered by kind) or an unfiltered HYBRID "
-                      "(RRF) search instead of the statement's SQL BM25 (per "
-                      "project, checked against the database's generations and the query's "
-                      "parsed terms by each search, least recently used out); -1 = an eighth "
-                      "of the memory the process may use (cgroup limit, else RAM), at least "
-                      "256; scopes that do not fit are ranked in SQL; 0 = always SQL."),
+                      "(RRF) search instead of the statement's SQL BM25 (per project, "
+                      "checked against the database's generations and the query's parsed "
+                      "terms by each search, least recently used out); -1 = an eighth of the "
+                      "process's memory, at least 256; scopes that do not fit: SQL; 0 = SQL."),
+    )
+    sqlite_lexical_cache_mb: int = field(
+        default=-1,
+        metadata=_doc("SQLite: memory for in-process postings that rank an unfiltered FTS "
+                      "search (per project, read again in the search's snapshot after a "
+                      "change, least recently used out); -1 = an eighth of the process's "
+                      "memory, at least 256; scopes that do not fit: SQL; 0 = always SQL."),
     )
     vector_cache_refresh_seconds: float = field(
         default=2.0,
@@ -355,6 +360,7 @@ class Settings:
             ("sqlite_vector_cache_mb", -1 <= self.sqlite_vector_cache_mb <= 1 << 20),
             ("pg_vector_cache_mb", -1 <= self.pg_vector_cache_mb <= 1 << 20),
             ("pg_lexical_cache_mb", -1 <= self.pg_lexical_cache_mb <= 1 << 20),
+            ("sqlite_lexical_cache_mb", -1 <= self.sqlite_lexical_cache_mb <= 1 << 20),
             ("vector_cache_refresh_seconds", 0 <= self.vector_cache_refresh_seconds <= 3600),
             ("replica_max_lag_seconds", self.replica_max_lag_seconds >= 0),
             ("replica_check_interval", self.replica_check_interval > 0),

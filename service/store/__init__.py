@@ -40,6 +40,7 @@ async def open_store(
     replica_check_interval: float = 1.0,
     partitions: int = 0,
     sqlite_vector_cache_bytes: int | None = None,
+    sqlite_lexical_cache_bytes: int | None = None,
     pg_vector_cache_bytes: int = 0,
     pg_lexical_cache_bytes: int = 0,
     vector_cache_refresh: float = 0.0,
@@ -57,9 +58,14 @@ async def open_store(
             if sqlite_vector_cache_bytes is None
             else sqlite_vector_cache_bytes
         )
+        lexical = (
+            DEFAULT_VECTOR_CACHE_BYTES
+            if sqlite_lexical_cache_bytes is None
+            else sqlite_lexical_cache_bytes
+        )
         store: Store = SqliteStore(
             sqlite_path(database_url, data_dir), identity, vector_cache_bytes=cache,
-            vector_cache_refresh=vector_cache_refresh,
+            vector_cache_refresh=vector_cache_refresh, lexical_cache_bytes=lexical,
         )
     elif database_url.startswith(POSTGRES_PREFIXES):
         # Imported lazily so the embedded default never needs asyncpg loaded.

@@ -116,7 +116,8 @@ _NO_TFS = np.empty(0, dtype=np.float64)
 
 @dataclass(frozen=True)
 class LexicalCacheStats:
-    """The PostgreSQL store's in-process postings (service.store.postgres.lexical_cache)."""
+    """A store's in-process postings (service.store.postgres.lexical_cache,
+    service.store.sqlite.lexical_cache)."""
 
     projects: int
     bytes: int
@@ -190,6 +191,7 @@ def rank(
     also: Sequence[tuple[int, int]] = (),
     spans: Sequence[Sequence[Span]] | None = None,
     eligible: Sequence[NDArray[np.bool_]] | None = None,
+    sqlite: bool = False,
 ) -> Ranking:
     """The scope's documents holding the terms, the first `wanted` in page order (tier,
     score descending, then identity: scope projects ascending, documents in their order),
@@ -197,7 +199,9 @@ def rank(
     down, each with its place in the whole list; and the exact total, top score and
     relaxation flag of the whole list. `spans`: term_spans(scope, terms), if known.
     `eligible`: each project's documents that pass the filters (N, avgdl and every df are
-    then those of the eligible documents, as search_sql's ELIGIBLE_STATS counts them)."""
+    then those of the eligible documents, as search_sql's ELIGIBLE_STATS counts them).
+    `sqlite`: the SQLite statement's arithmetic (`sqlite_parts`, summed as its SUM does)
+    instead of PostgreSQL's."""
     if spans is None:
         spans = term_spans(scope, terms)
     mask = None
@@ -214,6 +218,7 @@ def rank(
     size = int(offsets[-1])
     scores = np.zeros(size, dtype=np.float64)
     hits = np.zeros(size, dtype=np.int64)
+    errors = np.zeros(size, dtype=np.float64) if sqlite else None
     lengths = np.concatenate([p.lengths for p in scope]) if scope else _NO_TFS
     dfs, idfs = [], []
     for of_term in spans:
@@ -228,9 +233,15 @@ def rank(
         if not len(at):
             continue
         dl = lengths[at]
-        part = ((idf * tf) * (k1 + 1.0)) / (tf + k1 * ((1.0 - b) + ((b * dl) / avgdl)))
-        scores[at] += part
+        if errors is None:
+            part = ((idf * tf) * (k1 + 1.0)) / (tf + k1 * ((1.0 - b) + ((b * dl) / avgdl)))
+            scores[at] += part
+        else:
+            part = sqlite_parts(n_docs, int(df), k1, b, avgdl, tf, dl)
+            _compensated_add(scores, errors, at, part)
         hits[at] += 1
+    if errors is not None:
+        scores += errors
     listed = np.flatnonzero(hits > 0) if any_term else np.flatnonzero(hits >= strict_at)
     tiers = (hits[listed] >= strict_at).astype(np.int64)
     listed_scores = scores[listed]
@@ -253,6 +264,38 @@ def rank(
         ranks=ranks,
         total=total, top=top, relaxed=relaxed, n=n, avgdl=avgdl, dfs=dfs, idfs=idfs,
     )
+
+
+def sqlite_parts(
+    n: int, df: int, k1: float, b: float, avgdl: float,
+    tf: NDArray[np.float64], dl: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """One term's BM25 parts as SQLite's `term_weights` / `term_tf` compute them (search_sql
+    BM25): w * tf / (tf + c0 + c1 * dl), with n - df an integer difference, w = ln(1 + (n -
+    df + 0.5) / (df + 0.5)) * (k1 + 1), c0 = k1 * (1 - b) and c1 = k1 * b / avgdl; `ln` is
+    the C library's log, as SQLite's."""
+    w = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5)) * (k1 + 1.0)
+    c0 = k1 * (1.0 - b)
+    c1 = k1 * b / avgdl
+    parts: NDArray[np.float64] = (w * tf) / ((tf + c0) + (c1 * dl))
+    return parts
+
+
+def _compensated_add(
+    sums: NDArray[np.float64], errors: NDArray[np.float64], at: NDArray[np.int64],
+    values: NDArray[np.float64],
+) -> None:
+    """One step of SQLite's SUM (Kahan-Babuska-Neumaier, since 3.43) for the documents `at`
+    (each once): the running sums move to `sums`, their rounding errors add up in `errors`;
+    SUM's result is sums + errors. Of positive parts (BM25's, whose idf is positive) the
+    result is the correctly rounded sum, whatever order SQLite adds them in (checked against
+    math.fsum and over permutations by tests/store/test_lexical_index_sqlite.py)."""
+    before = sums[at]
+    after = before + values
+    errors[at] += np.where(
+        np.abs(before) > np.abs(values), (before - after) + values, (values - after) + before
+    )
+    sums[at] = after
 
 
 def _places(

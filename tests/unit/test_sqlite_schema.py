@@ -89,7 +89,7 @@ def test_stored_lengths_and_postings_are_backfilled_for_documents_written_before
         " VALUES (7, 1, 'note', 'a', ?, ?, ?, '', '', '', '{}', 0, 0, 'h')",
         (title, path, body),
     )
-    assert migrate(conn) == [3, 4, 5]
+    assert migrate(conn) == [3, 4, 5, 6]
     stored = conn.execute("SELECT doc_len, ngram_len FROM documents WHERE id = 7").fetchall()
     ngrams = script_ngrams(f"{title} {body}")
     expected = (content_length(title, path, body), ngram_length(ngrams))
@@ -126,7 +126,7 @@ def test_every_change_to_a_projects_vectors_moves_its_generation_on(tmp_path: Pa
         " embedding) VALUES (?, ?, 'm', 4, 'h', 'ready', zeroblob(16))"
     )
     conn.execute(insert, (1, 1))
-    assert migrate(conn) == [5]
+    assert migrate(conn) == [5, 6]
 
     def generations() -> list[tuple[int, int]]:
         rows = conn.execute("SELECT project_id, gen FROM vector_generations ORDER BY 1")
@@ -141,3 +141,37 @@ def test_every_change_to_a_projects_vectors_moves_its_generation_on(tmp_path: Pa
     assert generations() == [(1, 3), (2, 1)]
     conn.execute("DELETE FROM vectors WHERE project_id = 1")
     assert generations() == [(1, 5), (2, 1)]
+
+
+def test_every_change_to_a_projects_lexical_statistics_moves_its_generation_on(
+    tmp_path: Path,
+) -> None:
+    """A version-5 database with lexical statistics gets generations; then each insert,
+    update and delete of a project's lexical_stats row (every write of a document's postings
+    makes one in its transaction), whoever makes it, moves its project's generation (the
+    lexical cache's check, service.store.sqlite.lexical_cache)."""
+    conn, _ = connect(tmp_path / "db", True, reader=False)
+    conn.execute(CREATE_MIGRATIONS_TABLE)
+    for version, name, steps in MIGRATIONS[:5]:
+        for step in steps:
+            if isinstance(step, str):
+                conn.execute(step)
+            else:
+                step(conn)
+        conn.execute(INSERT_VERSION, (version, name, 0))
+    conn.execute("INSERT INTO lexical_stats VALUES (1, 3, 30, 0)")
+    assert migrate(conn) == [6]
+
+    def generations() -> list[tuple[int, int]]:
+        rows = conn.execute("SELECT project_id, gen FROM lexical_generations ORDER BY 1")
+        return [(int(p), int(g)) for p, g in rows]
+
+    assert generations() == [(1, 1)]
+    conn.execute("INSERT INTO lexical_stats VALUES (2, 1, 5, 0)")
+    assert generations() == [(1, 1), (2, 1)]
+    conn.execute("UPDATE lexical_stats SET n = n + 1, sum_dl = sum_dl + 4 WHERE project_id = 1")
+    conn.execute("UPDATE lexical_stats SET n = n + 0 WHERE project_id = 2")  # a rewrite
+    assert generations() == [(1, 2), (2, 2)]
+    conn.execute("DELETE FROM lexical_stats WHERE project_id = 1")
+    conn.execute("INSERT INTO lexical_stats VALUES (1, 1, 2, 0)")
+    assert generations() == [(1, 4), (2, 2)]

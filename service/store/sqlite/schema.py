@@ -27,6 +27,8 @@ from service.store.sqlite.values import immediate
 #   vec_chunks (vec0) mirrors the ready vectors of one identity for the KNN path.
 # - vector_generations (migration 5) counts changes to each project's vectors (triggers), so
 #   the in-process KNN matrices (vector_cache.py) know when to read a project again.
+# - lexical_generations (migration 6) does the same for the in-process postings
+#   (lexical_cache.py), moved by triggers on lexical_stats.
 Step = str | Callable[[apsw.Connection], None]
 
 
@@ -253,6 +255,36 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
             """CREATE TRIGGER vectors_generation_move
             AFTER UPDATE OF project_id ON vectors WHEN OLD.project_id <> NEW.project_id BEGIN
                 UPDATE vector_generations SET gen = gen + 1 WHERE project_id = OLD.project_id;
+            END""",
+        ),
+    ),
+    (
+        6,
+        "lexical generations",
+        (
+            # What the in-process postings are checked against (lexical_cache.py): every
+            # write of a document's postings moves its project's lexical_stats in the same
+            # transaction (postings.Batch), and any change to those rows, by any writer,
+            # moves the project's generation on.
+            """CREATE TABLE lexical_generations (
+                project_id INTEGER PRIMARY KEY,
+                gen INTEGER NOT NULL
+            )""",
+            "INSERT INTO lexical_generations (project_id, gen)"
+            " SELECT project_id, 1 FROM lexical_stats",
+            """CREATE TRIGGER lexical_generation_insert AFTER INSERT ON lexical_stats BEGIN
+                INSERT INTO lexical_generations (project_id, gen) VALUES (NEW.project_id, 1)
+                ON CONFLICT (project_id) DO UPDATE SET gen = gen + 1;
+            END""",
+            """CREATE TRIGGER lexical_generation_update AFTER UPDATE ON lexical_stats BEGIN
+                INSERT INTO lexical_generations (project_id, gen) VALUES (NEW.project_id, 1)
+                ON CONFLICT (project_id) DO UPDATE SET gen = gen + 1;
+                UPDATE lexical_generations SET gen = gen + 1
+                WHERE project_id = OLD.project_id AND OLD.project_id <> NEW.project_id;
+            END""",
+            """CREATE TRIGGER lexical_generation_delete AFTER DELETE ON lexical_stats BEGIN
+                INSERT INTO lexical_generations (project_id, gen) VALUES (OLD.project_id, 1)
+                ON CONFLICT (project_id) DO UPDATE SET gen = gen + 1;
             END""",
         ),
     ),

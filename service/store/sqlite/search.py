@@ -27,6 +27,12 @@ from service.store.pages import assemble_page, knn_k, parse_chunks
 from service.store.sqlite import search_sql as q
 from service.store.sqlite import vector_sql as v
 from service.store.sqlite.filters import filter_sql
+from service.store.sqlite.lexical_cache import (
+    SqliteLexicalCache,
+    forget_lexical,
+    lexical_refused,
+    register_lexical_functions,
+)
 from service.store.sqlite.lexical_check import Fts5Checker, register_functions
 from service.store.sqlite.postings import COLUMN_NUMBERS
 from service.store.sqlite.schema import VectorIndex
@@ -47,6 +53,7 @@ class Lexical:
     ctes: tuple[str, ...]
     relaxed: str
     bindings: dict[str, Any]
+    cached: bool = False  # ranked in process (lexical_cache), the total read off its answer
 
 
 def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[tuple[str, bool, str, bool]]:
@@ -79,12 +86,19 @@ def scoring_terms(plan: SearchPlan, checker: Fts5Checker) -> list[tuple[str, boo
 
 
 def choose_lexical(
-    plan: SearchPlan, checker: Fts5Checker, *, disabled: bool = False, filtered: bool = False
+    plan: SearchPlan,
+    checker: Fts5Checker,
+    *,
+    disabled: bool = False,
+    filtered: bool = False,
+    cached: bool = False,
 ) -> Lexical:
     """Strict + relaxed tiers when both parse; whatever parses otherwise; else nothing.
 
     Term statistics come from the eligible documents when there are `filtered`, else from
-    the scope projects' lexical_stats (the same numbers without reading any document)."""
+    the scope projects' lexical_stats (the same numbers without reading any document).
+    `cached`: the connection answers the lexical cache's functions; an unfiltered FTS search
+    whose membership is counted (FTS_TIERED_FROM_HITS over content terms) asks them."""
     strict = plan.lexical.fts5 if plan.lexical else None
     if strict is None and not disabled:
         # Blank text: FTS lists the eligible documents, hybrid has no lexical channel.
@@ -116,6 +130,8 @@ def choose_lexical(
                 # ... and the strict ones are those holding every term.
                 bindings["strict_terms"] = len(terms)
                 ctes = (*scored, q.FTS_TIERED_FROM_HITS)
+                if cached and _rankable(plan, terms, filtered):
+                    return _cached(plan, bindings, terms, any_term=True)
         elif any(term[3] for term in terms):
             # The relaxed matches are read off the term frequencies: no second MATCH.
             ctes = (*scored, q.FTS_STRICT, q.FTS_LOOSE_FROM_TERMS, q.FTS_TIERED)
@@ -124,8 +140,57 @@ def choose_lexical(
             ctes = (*scored, q.FTS_STRICT, q.FTS_LOOSE, q.FTS_TIERED)
         return Lexical(ctes, q.RELAXED_WHEN_LOOSE, bindings)
     bindings["fts_query"] = str(strict if strict_ok else relaxed)
+    if cached and strict_ok and _rankable(plan, terms, filtered) and _all_terms(plan, checker):
+        # One form, the AND of its words: its matches are the documents holding every term.
+        bindings["strict_terms"] = len(terms)
+        return _cached(plan, bindings, terms, any_term=False)
     flag = q.RELAXED_NEVER if strict_ok else q.RELAXED_ALWAYS
     return Lexical((*scored, q.FTS_STRICT, q.FTS_LOOSE_NONE, q.FTS_TIERED), flag, bindings)
+
+
+def _rankable(
+    plan: SearchPlan, terms: list[tuple[str, bool, str, bool]], filtered: bool
+) -> bool:
+    """A search whose lexical list the lexical cache ranks: FTS, or HYBRID fused by RRF,
+    without filters, over content-column terms only."""
+    fused = plan.mode is Mode.HYBRID and plan.fusion is Fusion.RRF
+    return (
+        (plan.mode is Mode.FTS or fused)
+        and not filtered
+        and all(term[2] == CONTENT_COLUMN for term in terms)
+    )
+
+
+def _all_terms(plan: SearchPlan, checker: Fts5Checker) -> bool:
+    """The strict form is the AND of the scoring words, each one index term (its matches
+    are then the documents holding every scoring term)."""
+    lexical = plan.lexical
+    if lexical is None or lexical.fts5 is None or not lexical.score_words:
+        return False
+    words = [word for word, _ in lexical.score_words]
+    if any(prefix != RELAXED_PREFIX for _, prefix in lexical.score_words):
+        return False
+    if any(len(checker.stems(word, RELAXED_PREFIX)) != 1 for word in words):
+        return False
+    return str(lexical.fts5) == render_fts5_all(words, prefix=RELAXED_PREFIX)
+
+
+def _cached(
+    plan: SearchPlan,
+    bindings: dict[str, Any],
+    terms: list[tuple[str, bool, str, bool]],
+    *,
+    any_term: bool,
+) -> Lexical:
+    """The lexical CTEs of an in-process ranking (tier: holding every term; listed: holding
+    one, when `any_term`, else every term); HYBRID's come after the vector channel's, whose
+    documents they are passed."""
+    bindings["cached_terms"] = json.dumps([(t[0], t[1]) for t in terms])
+    bindings["any_term"] = int(any_term)
+    for name in ("score_terms", "fts_query"):
+        bindings.pop(name, None)
+    also = q.ALSO_VECTOR if plan.mode is Mode.HYBRID else q.ALSO_NONE
+    return Lexical((q.LEX_CACHED.format(also=also),), q.RELAXED_CACHED, bindings, cached=True)
 
 
 def build(
@@ -135,18 +200,29 @@ def build(
     *,
     lexical_off: bool = False,
     cached: bool = False,
+    lexical_cached: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The statement text and its bindings; `cached`: the connection answers the vector
-    cache's functions (vector_cache.register_cache_functions), asked before vec0."""
+    cache's functions (vector_cache.register_cache_functions), asked before vec0;
+    `lexical_cached`: the lexical cache's (lexical_cache.register_lexical_functions)."""
     filters, bindings = filter_sql(plan.filters)
     materialized = "MATERIALIZED" if filters else "NOT MATERIALIZED"
     ctes = [q.ELIGIBLE.format(filters=filters, materialized=materialized)]
     relaxed, exact = q.RELAXED_NEVER, q.EXACT_ALWAYS
+    total = q.TOTAL_NONE if plan.mode is not Mode.FTS else q.TOTAL_COUNT
+    lexical_ctes: tuple[str, ...] = ()
     if plan.mode is not Mode.VECTOR:
-        lexical = choose_lexical(plan, checker, disabled=lexical_off, filtered=bool(filters))
-        ctes += lexical.ctes
+        lexical = choose_lexical(
+            plan, checker, disabled=lexical_off, filtered=bool(filters), cached=lexical_cached
+        )
+        lexical_ctes = lexical.ctes
+        if not (lexical.cached and plan.mode is Mode.HYBRID):
+            ctes += lexical_ctes
+            lexical_ctes = ()
         relaxed = lexical.relaxed
         bindings.update(lexical.bindings)
+        if lexical.cached and plan.mode is Mode.FTS:
+            total = q.TOTAL_CACHED
     semantic = plan.mode is not Mode.FTS
     if semantic:
         if index.usable and index.identity == plan.identity:
@@ -161,9 +237,14 @@ def build(
             exact = v.EXACT_BY_COUNT
         else:
             ctes.append(v.EXACT_SIMS)
-        ctes.append(v.VECTOR_SCORES)
-    total = q.TOTAL_NONE if semantic else q.TOTAL_COUNT
+        if lexical_ctes:  # read twice: by the lexical ranking and by the fusion
+            ctes.append(v.VECTOR_SCORES_MATERIALIZED)
+            ctes += lexical_ctes
+        else:
+            ctes.append(v.VECTOR_SCORES)
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
+    if plan.mode is Mode.HYBRID and "cached_terms" in bindings:
+        scored = q.SCORED_RRF_CACHED
     ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = v.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE
     bindings.update(_common_bindings(plan, semantic, bool(filters)))
@@ -226,6 +307,7 @@ def run_search(
     checker: Fts5Checker,
     cancelled: threading.Event | None = None,
     cache: VectorCache | None = None,
+    lexical: SqliteLexicalCache | None = None,
 ) -> SearchPage:
     """Execute the statement (once; again without lexical channel if FTS5 still objects).
 
@@ -240,7 +322,7 @@ def run_search(
 
     conn.set_progress_handler(interrupt, PROGRESS_STEPS)
     try:
-        return page_from_rows(plan, fetch_rows(conn, plan, index, checker, cache))
+        return page_from_rows(plan, fetch_rows(conn, plan, index, checker, cache, lexical))
     except apsw.InterruptError as exc:
         if stop.is_set():
             raise errors.Cancelled("the search was cancelled by its caller") from exc
@@ -257,20 +339,32 @@ def fetch_rows(
     index: VectorIndex,
     checker: Fts5Checker,
     cache: VectorCache | None,
+    lexical: SqliteLexicalCache | None = None,
 ) -> list[tuple[Any, ...]]:
     """The statement's rows (one statement: with `cache`, it asks the cache for the KNN
-    candidates itself, in its own snapshot)."""
+    candidates itself, in its own snapshot; with `lexical`, an FTS search asks it for the
+    ranking, and only when the scope cannot be held is a second, SQL-ranked statement run)."""
     register_functions(conn)
-    cached = False
+    cached = lexical_cached = False
     if cache is not None and cache.enabled and plan.mode is not Mode.FTS:
         register_cache_functions(conn, cache)
         cached = True
-    sql, bindings = build(plan, index, checker, cached=cached)
+    if lexical is not None and lexical.enabled and plan.mode is not Mode.VECTOR:
+        register_lexical_functions(conn, lexical)
+        lexical_cached = True
+    sql, bindings = build(plan, index, checker, cached=cached, lexical_cached=lexical_cached)
     try:
-        return conn.execute(sql, bindings).fetchall()
+        forget_lexical(conn)
+        rows = conn.execute(sql, bindings).fetchall()
     except apsw.SQLError as exc:
         if "fts5" not in str(exc).lower():
             raise
+    else:
+        if "cached_terms" not in bindings or not lexical_refused(conn):
+            return rows
+        # The scope did not fit the lexical cache: ranked in SQL.
+        sql, bindings = build(plan, index, checker, cached=cached)
+        return conn.execute(sql, bindings).fetchall()
     sql, bindings = build(plan, index, checker, lexical_off=True, cached=cached)
     return conn.execute(sql, bindings).fetchall()
 

@@ -230,6 +230,29 @@ fts AS MATERIALIZED (
 # intersect the terms' doclists over the whole table, every project's).
 FTS_TIERED_FROM_HITS = """
 fts AS (SELECT doc_id, fts_score, hits = :strict_terms AS tier FROM bm25)"""
+# The in-process ranking (service.store.sqlite.lexical_cache), asked by the statement itself
+# in its own snapshot: the first `limit + offset` rows of the whole list with their tiers,
+# the list's length and whether it holds relaxed matches (JSON, integers only), and each
+# row's score as a REAL from `search_lexical_score`. NULL when the scope cannot be held:
+# the list is then empty and the total NULL, and the store ranks in SQL instead.
+OWNED_SCOPE_JSON = f"(SELECT json_group_array(project_id) FROM ({OWNED_SCOPE}))"  # noqa: S608
+# HYBRID (RRF) passes the documents of the vector channel (`{also}`): their rows and places
+# in the whole list come after the first ones, which is every row RRF can lift onto the page
+# (a document below the first `limit + offset` of both lists fuses lower than each of those).
+LEX_CACHED = f"""
+lex_rank AS MATERIALIZED (
+    SELECT search_lexical_rank({OWNED_SCOPE_JSON}, :cached_terms, :bm25_k1, :bm25_b,
+                               :strict_terms, :any_term, :limit + :offset, {{also}}) AS r
+),
+fts AS MATERIALIZED (
+    SELECT j.value ->> 0 AS doc_id, search_lexical_score(l.r ->> '$.token', j.key) AS fts_score,
+           j.value ->> 1 AS tier, j.value ->> 2 AS r
+    FROM lex_rank AS l, json_each(l.r, '$.rows') AS j
+)"""  # noqa: S608 - only constant fragments are interpolated
+ALSO_NONE = "NULL"
+ALSO_VECTOR = "(SELECT json_group_array(doc_id) FROM vector_scores)"
+RELAXED_CACHED = "(SELECT r ->> '$.relaxed' FROM lex_rank)"
+TOTAL_CACHED = "(SELECT r ->> '$.total' FROM lex_rank)"
 FTS_ALL = """
 fts AS (SELECT doc_id, 0.0 AS fts_score, 1 AS tier FROM eligible)"""
 FTS_NONE = """
@@ -298,6 +321,16 @@ scored AS MATERIALIZED (
            1 AS tier
     FROM channels GROUP BY doc_id
 )"""
+
+# The same fusion when the lexical rows carry their places in the whole list (LEX_CACHED).
+SCORED_RRF_CACHED = SCORED_RRF.replace(
+    """           ROW_NUMBER() OVER (
+               ORDER BY f.tier DESC, f.fts_score DESC, e.project_id, e.kind, e.row_id
+           ) AS r
+    FROM fts AS f CROSS JOIN documents AS e ON e.id = f.doc_id""",
+    """           f.r
+    FROM fts AS f""",
+)
 
 # LIMIT and OFFSET are expressions (see TENANT). Ties are broken by identity, which lives in
 # `documents`: `page_cut` is the (tier, score) of the last row the page can reach, so only

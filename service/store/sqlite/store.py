@@ -36,6 +36,7 @@ from service.store.sqlite import accounts, limits, reads
 from service.store.sqlite import writes as write_path
 from service.store.sqlite.connection import ConnectionPool
 from service.store.sqlite.file_lock import file_lock
+from service.store.sqlite.lexical_cache import SqliteLexicalCache
 from service.store.sqlite.lexical_check import Fts5Checker
 from service.store.sqlite.schema import VectorIndex, migrate, prepare_vector_index
 from service.store.sqlite.search import check_plan, run_search
@@ -92,6 +93,7 @@ class SqliteStore:
         readers: int = DEFAULT_READERS,
         vector_cache_bytes: int = DEFAULT_VECTOR_CACHE_BYTES,
         vector_cache_refresh: float = 0.0,
+        lexical_cache_bytes: int = DEFAULT_VECTOR_CACHE_BYTES,
     ) -> None:
         self._path = Path(path)
         self._identity = identity
@@ -114,6 +116,8 @@ class SqliteStore:
         self._index = VectorIndex(None, False)
         # The KNN path's candidates (vector_cache.py); 0 bytes leaves them to vec0.
         self._vector_cache = VectorCache(vector_cache_bytes)
+        # The FTS ranking's postings (lexical_cache.py); 0 bytes ranks in SQL.
+        self._lexical_cache = SqliteLexicalCache(lexical_cache_bytes)
         self._warming: asyncio.Task[None] | None = None
         # After this process's own writes, the matrices they moved are read again once
         # writes are quiet (writes of other processes are found by the searches).
@@ -145,9 +149,16 @@ class SqliteStore:
         self._warming = asyncio.create_task(self._warm())
 
     async def _warm(self) -> None:
-        """Read the matrices that are missing or stale when all fit (at start-up, and after
-        this process's writes have been quiet: `_refresh`)."""
-        identity, cache = self._index.identity, self._vector_cache
+        """Read the matrices and postings that are missing or stale when all fit (at
+        start-up, and after this process's writes have been quiet: `_refresh`)."""
+        identity, cache, lexical = self._index.identity, self._vector_cache, self._lexical_cache
+        if lexical.enabled:
+            try:
+                read = await self._readers.run_unhooked(lexical.warm)
+            except Exception:  # a cold cache is only slower: never fail the store over it
+                log.warning("sqlite lexical cache warm-up failed", exc_info=True)
+            else:
+                log.info("sqlite lexical cache warm", extra={"projects": read})
         if not (self._index.usable and identity is not None and cache.enabled):
             return
         try:
@@ -158,7 +169,7 @@ class SqliteStore:
             log.info("sqlite vector cache warm", extra={"projects": read})
 
     async def warmed(self) -> None:
-        """Wait for the vector cache's start-up read (tests, benchmarks)."""
+        """Wait for the caches' start-up read (tests, benchmarks)."""
         if self._warming is not None:
             await asyncio.shield(self._warming)
 
@@ -270,6 +281,7 @@ class SqliteStore:
             total = 0 if plan.mode is Mode.FTS else None
             return SearchPage((), total, False, False, True)
         index, checker, cache = self._index, self._checker, self._vector_cache
+        lexical = self._lexical_cache
         self._reads += 1
         running = _Running()
         with tracing.db_span(DB_SYSTEM, "search", **plan_span_attributes(plan)):
@@ -282,7 +294,7 @@ class SqliteStore:
                         lambda conn: running.run(
                             conn,
                             lambda: run_search(
-                                conn, plan, index, checker, running.cancelled, cache
+                                conn, plan, index, checker, running.cancelled, cache, lexical
                             ),
                         )
                     )
@@ -298,6 +310,7 @@ class SqliteStore:
             readers[1] + writer[1],
             {"primary": self._reads},
             self._vector_cache.stats() if self._vector_cache.enabled else None,
+            self._lexical_cache.stats() if self._lexical_cache.enabled else None,
         )
 
     async def pending_chunks(self) -> int:

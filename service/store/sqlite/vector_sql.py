@@ -125,6 +125,12 @@ vector_scores AS (
     GROUP BY doc_id
 )"""
 
+# Read twice when the lexical cache ranks a HYBRID search's lexical list (search_sql
+# LEX_CACHED is passed its documents).
+VECTOR_SCORES_MATERIALIZED = VECTOR_SCORES.replace(
+    "vector_scores AS (", "vector_scores AS MATERIALIZED ("
+)
+
 TOP_CHUNKS = f"""(
     SELECT json_group_array(json_array(x.chunk_index, x.text, x.sim)) FROM (
         SELECT c.chunk_index, c.text, {SIMILARITY} AS sim
