@@ -126,9 +126,8 @@ class Settings:
     sqlite_lexical_cache_mb: int = field(
         default=-1,
         metadata=_doc("SQLite: memory for in-process postings that rank an unfiltered FTS "
-                      "search (per project, read again in the search's snapshot after a "
-                      "change, least recently used out); -1 = an eighth of the process's "
-                      "memory, at least 256; scopes that do not fit: SQL; 0 = always SQL."),
+                      "or RRF HYBRID search (per project, LRU); -1 = an eighth of the "
+                      "process's memory, at least 256; scopes that do not fit: SQL; 0 = SQL."),
     )
     vector_cache_refresh_seconds: float = field(
         default=2.0,
