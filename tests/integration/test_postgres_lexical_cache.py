@@ -22,18 +22,13 @@ import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.projects.lexical import compile_query
-from service.store.base import Filters, Mode, SearchPage
+from service.store.base import Filters, Mode
 from service.store.postgres.lexical_cache import PgLexicalCache, predict_shape
 from tests.integration.conftest import Corpus, Doc, fresh_backend
+from tests.integration.lexical_cache_support import page_key, random_text
 
 pytestmark = pytest.mark.postgres
 
-# Stems shared by several words, prefixes of other words, numbers, a stopword.
-WORDS = (
-    "deploy", "deployed", "deploying", "deployment", "freeze", "frozen", "freezer", "window",
-    "windows", "win", "winter", "star", "stars", "starting", "stardust", "start", "2024",
-    "2025", "202", "orbit", "orbital", "the", "release", "released",
-)
 QUERIES = (
     "deploy", "deploy freeze", "star", "win window", "the deployment of windows",
     "2024 release", "frozen stardust orbit", "deploy OR freeze", "star -window",
@@ -63,18 +58,6 @@ async def pair(
             await fast.close()
 
 
-def _text(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 9)))
-
-
-def _page(page: SearchPage) -> tuple[object, ...]:
-    hits = tuple(
-        (h.project_id, h.kind, h.row_id, h.score, h.fts_score, h.fts_normalized, h.vector_score)
-        for h in page.hits
-    )
-    return hits, page.total, page.relaxed, page.has_more, page.ranking_is_exact
-
-
 # HYBRID: the whole scope scanned exactly (the whole lexical list is passed), or the vector
 # cache's nearest chunks (the first rows and the candidates' places are passed).
 SHAPES: tuple[tuple[Mode, dict[str, object]], ...] = (
@@ -95,7 +78,7 @@ async def _compare(fast: Corpus, plain: Corpus, scopes: list[list[int]]) -> None
                     kw = {"limit": limit, "offset": offset, **options}
                     got = await fast.search(scope, mode, text, **kw)
                     want = await plain.search(scope, mode, text, **kw)
-                    assert _page(got) == _page(want), (text, scope, mode, kw)
+                    assert page_key(got) == page_key(want), (text, scope, mode, kw)
 
 
 def test_plain_words_are_predicted_and_operators_are_left_to_sql() -> None:
@@ -122,7 +105,7 @@ async def test_fast_pages_equal_sql_pages_through_random_writes(
     rows: dict[int, list[str]] = {p: [] for p in projects}
     for project in projects:
         docs = [
-            Doc("issue" if i % 3 == 0 else "note", str(i), _text(rng), title=_text(rng))
+            Doc("issue" if i % 3 == 0 else "note", str(i), random_text(rng), title=random_text(rng))
             for i in range(40)
         ]
         rows[project] = [d.row_id for d in docs]
@@ -140,7 +123,7 @@ async def test_fast_pages_equal_sql_pages_through_random_writes(
         else:
             ids = (rng.sample(rows[project], min(5, len(rows[project]))) if action == "rewrite"
                    else [f"n{round_}-{i}" for i in range(5)])
-            await writer.write(project, [Doc("note", r, _text(rng)) for r in ids])
+            await writer.write(project, [Doc("note", r, random_text(rng)) for r in ids])
             rows[project] = sorted(set(rows[project]) | set(ids))
         await _compare(fast, plain, scopes)
     cache = fast.store._lexical_cache  # type: ignore[attr-defined]
@@ -202,13 +185,13 @@ async def test_a_refused_ranking_is_ranked_in_sql_by_a_second_statement(
     assert "term_tf" not in statements[0]
     assert "term_tf" in statements[1]
     assert cache.served == served
-    assert _page(page) == _page(await plain.search([project], Mode.FTS, "deploy"))
+    assert page_key(page) == page_key(await plain.search([project], Mode.FTS, "deploy"))
     assert page.hits[0].row_id == "9"
     assert page.total == 7
     page, statements = await fast.counted(plan)
     assert cache.served == served + 1
     assert [s for s in statements if "lex_fast" in s] == statements[-1:]
-    assert _page(page) == _page(await plain.search([project], Mode.FTS, "deploy"))
+    assert page_key(page) == page_key(await plain.search([project], Mode.FTS, "deploy"))
 
 
 async def test_concurrent_searches_and_another_writer_never_serve_a_stale_ranking(
@@ -224,7 +207,7 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
     projects = [(await fast.project(f"c{i}")).project_id for i in range(3)]
     for project in projects:
         plain.owners[project] = fast.tenant
-        await fast.write(project, [Doc("note", str(i), _text(rng)) for i in range(30)])
+        await fast.write(project, [Doc("note", str(i), random_text(rng)) for i in range(30)])
     texts = [q for q in QUERIES if predict_shape(compile_query(q)) is not None]
     cache = fast.store._lexical_cache  # type: ignore[attr-defined]
     for text in texts:
@@ -243,7 +226,7 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
                         fast.tenant, project, [("note", r) for r in ids]
                     )
                 else:
-                    await plain.write(project, [Doc("note", r, _text(rng)) for r in ids])
+                    await plain.write(project, [Doc("note", r, random_text(rng)) for r in ids])
                 await asyncio.sleep(0.01)
         finally:
             writing = False
@@ -272,7 +255,7 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
         for limit, offset in ((10, 0), (3, 2)):
             got = await fast.search(projects, Mode.FTS, text, limit=limit, offset=offset)
             want = await plain.search(projects, Mode.FTS, text, limit=limit, offset=offset)
-            assert _page(got) == _page(want), text
+            assert page_key(got) == page_key(want), text
 
 
 async def test_a_kind_filter_is_ranked_in_process_over_the_eligible_documents(
@@ -302,4 +285,4 @@ async def test_a_kind_filter_is_ranked_in_process_over_the_eligible_documents(
     assert {h.kind for h in page.hits} == {"note"}
     assert page.total == 6
     want = await plain.search([project], Mode.FTS, "deploy window", filters=filters)
-    assert _page(page) == _page(want)
+    assert page_key(page) == page_key(want)

@@ -22,16 +22,11 @@ import pytest
 import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
-from service.store.base import Filters, Fusion, Mode, SearchPage
+from service.store.base import Filters, Fusion, Mode
 from service.store.lexical_index import _compensated_add
 from tests.integration.conftest import Corpus, Doc, fresh_backend
+from tests.integration.lexical_cache_support import page_key, random_text
 
-# Stems shared by several words, prefixes of other words, numbers, a stopword.
-WORDS = (
-    "deploy", "deployed", "deploying", "deployment", "freeze", "frozen", "freezer", "window",
-    "windows", "win", "winter", "star", "stars", "starting", "stardust", "start", "2024",
-    "2025", "202", "orbit", "orbital", "the", "release", "released",
-)
 QUERIES = (
     "deploy", "deploy freeze", "star", "win window", "the deployment of windows",
     "2024 release", "frozen stardust orbit", "deploy OR freeze", "star -window",
@@ -55,18 +50,6 @@ async def pair(
             await fast.close()
 
 
-def _text(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 9)))
-
-
-def _page(page: SearchPage) -> tuple[object, ...]:
-    hits = tuple(
-        (h.project_id, h.kind, h.row_id, h.score, h.fts_score, h.fts_normalized, h.vector_score)
-        for h in page.hits
-    )
-    return hits, page.total, page.relaxed, page.has_more, page.ranking_is_exact
-
-
 # HYBRID (RRF): the whole scope scanned exactly (every scored document's place is passed),
 # or the vector cache's nearest chunks; MAX_MIN and filters are ranked in SQL on both.
 SHAPES: tuple[tuple[Mode, dict[str, object]], ...] = (
@@ -87,7 +70,7 @@ async def _compare(fast: Corpus, plain: Corpus, scopes: list[list[int]]) -> None
                     kw = {"limit": limit, "offset": offset, **options}
                     got = await fast.search(scope, mode, text, **kw)
                     want = await plain.search(scope, mode, text, **kw)
-                    assert _page(got) == _page(want), (text, scope, mode, kw)
+                    assert page_key(got) == page_key(want), (text, scope, mode, kw)
 
 
 async def test_fast_pages_equal_sql_pages_through_random_writes(
@@ -101,7 +84,7 @@ async def test_fast_pages_equal_sql_pages_through_random_writes(
     rows: dict[int, list[str]] = {p: [] for p in projects}
     for project in projects:
         docs = [
-            Doc("issue" if i % 3 == 0 else "note", str(i), _text(rng), title=_text(rng))
+            Doc("issue" if i % 3 == 0 else "note", str(i), random_text(rng), title=random_text(rng))
             for i in range(40)
         ]
         rows[project] = [d.row_id for d in docs]
@@ -120,7 +103,7 @@ async def test_fast_pages_equal_sql_pages_through_random_writes(
         else:
             ids = (rng.sample(rows[project], min(5, len(rows[project]))) if action == "rewrite"
                    else [f"n{round_}-{i}" for i in range(5)])
-            await writer.write(project, [Doc("note", r, _text(rng)) for r in ids])
+            await writer.write(project, [Doc("note", r, random_text(rng)) for r in ids])
             rows[project] = sorted(set(rows[project]) | set(ids))
         await _compare(fast, plain, scopes)
     assert cache.stats().served > 1000, cache.stats()
@@ -151,7 +134,7 @@ async def test_a_served_search_is_one_statement_and_sees_another_writer(
 
     assert len(statements) == 1
     assert cache.stats().loads == loads + 1
-    assert _page(page) == _page(await plain.search([project], Mode.FTS, "deploy"))
+    assert page_key(page) == page_key(await plain.search([project], Mode.FTS, "deploy"))
     assert page.hits[0].row_id == "9"
     assert page.total == 7
 
@@ -173,7 +156,8 @@ async def test_a_scope_that_does_not_fit_is_ranked_in_sql(
             page, statements = await small.counted(plan)
             assert len(statements) == 2
             assert "term_tf" in statements[1]
-            assert _page(page) == _page(await other.search([project], Mode.FTS, "deploy window"))
+            want = await other.search([project], Mode.FTS, "deploy window")
+            assert page_key(page) == page_key(want)
             assert store.stats().lexical_cache is not None
             assert store.stats().lexical_cache.fallbacks >= 1  # type: ignore[union-attr]
         finally:
@@ -192,7 +176,7 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
     projects = [(await fast.project(f"c{i}")).project_id for i in range(3)]
     for project in projects:
         plain.owners[project] = fast.tenant
-        await fast.write(project, [Doc("note", str(i), _text(rng)) for i in range(30)])
+        await fast.write(project, [Doc("note", str(i), random_text(rng)) for i in range(30)])
     texts = ["deploy freeze", "star", "win window", "starting win 2025 released orbit"]
     writing = True
 
@@ -207,7 +191,7 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
                         fast.tenant, project, [("note", r) for r in ids]
                     )
                 else:
-                    await plain.write(project, [Doc("note", r, _text(rng)) for r in ids])
+                    await plain.write(project, [Doc("note", r, random_text(rng)) for r in ids])
                 await asyncio.sleep(0.01)
         finally:
             writing = False
@@ -234,7 +218,7 @@ async def test_concurrent_searches_and_another_writer_never_serve_a_stale_rankin
         for limit, offset in ((10, 0), (3, 2)):
             got = await fast.search(projects, Mode.FTS, text, limit=limit, offset=offset)
             want = await plain.search(projects, Mode.FTS, text, limit=limit, offset=offset)
-            assert _page(got) == _page(want), text
+            assert page_key(got) == page_key(want), text
 
 
 def test_compensated_sums_are_the_correctly_rounded_sums_whatever_the_order() -> None:

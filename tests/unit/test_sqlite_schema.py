@@ -28,6 +28,20 @@ def _vec_sql(conn: apsw.Connection) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
+def _migrated_to(path: Path, versions: int) -> apsw.Connection:
+    """A database with only the first `versions` migrations applied."""
+    conn, _ = connect(path, True, reader=False)
+    conn.execute(CREATE_MIGRATIONS_TABLE)
+    for version, name, steps in MIGRATIONS[:versions]:
+        for step in steps:
+            if isinstance(step, str):
+                conn.execute(step)
+            else:
+                step(conn)
+        conn.execute(INSERT_VERSION, (version, name, 0))
+    return conn
+
+
 def test_migrations_apply_once(tmp_path: Path) -> None:
     conn, _ = connect(tmp_path / "db", True, reader=False)
     assert migrate(conn) == [version for version, _, _ in MIGRATIONS]
@@ -74,13 +88,7 @@ def test_stored_lengths_and_postings_are_backfilled_for_documents_written_before
 ) -> None:
     """A database of schema version 2 gets each document's BM25 lengths, postings and its
     project's statistics, as written now."""
-    conn, _ = connect(tmp_path / "db", True, reader=False)
-    conn.execute(CREATE_MIGRATIONS_TABLE)
-    for version, name, steps in MIGRATIONS[:2]:
-        for step in steps:
-            assert isinstance(step, str)
-            conn.execute(step)
-        conn.execute(INSERT_VERSION, (version, name, 0))
+    conn = _migrated_to(tmp_path / "db", 2)
     conn.execute("INSERT INTO projects VALUES (1, 't', 'p', 'p', 0)")
     title, path, body = "Deploy freeze", "ops/runbook.md", "The freeze starts on Friday. 東京の会議"
     conn.execute(
@@ -112,15 +120,7 @@ def test_every_change_to_a_projects_vectors_moves_its_generation_on(tmp_path: Pa
     """A version-4 database with vectors gets generations; then each insert, update and
     delete of a vector row, whoever makes it, moves its project's generation (the vector
     cache's check, service.store.sqlite.vector_cache)."""
-    conn, _ = connect(tmp_path / "db", True, reader=False)
-    conn.execute(CREATE_MIGRATIONS_TABLE)
-    for version, name, steps in MIGRATIONS[:4]:
-        for step in steps:
-            if isinstance(step, str):
-                conn.execute(step)
-            else:
-                step(conn)
-        conn.execute(INSERT_VERSION, (version, name, 0))
+    conn = _migrated_to(tmp_path / "db", 4)
     insert = (
         "INSERT INTO vectors (chunk_id, project_id, model, dimensions, source_hash, state,"
         " embedding) VALUES (?, ?, 'm', 4, 'h', 'ready', zeroblob(16))"
@@ -150,15 +150,7 @@ def test_every_change_to_a_projects_lexical_statistics_moves_its_generation_on(
     update and delete of a project's lexical_stats row (every write of a document's postings
     makes one in its transaction), whoever makes it, moves its project's generation (the
     lexical cache's check, service.store.sqlite.lexical_cache)."""
-    conn, _ = connect(tmp_path / "db", True, reader=False)
-    conn.execute(CREATE_MIGRATIONS_TABLE)
-    for version, name, steps in MIGRATIONS[:5]:
-        for step in steps:
-            if isinstance(step, str):
-                conn.execute(step)
-            else:
-                step(conn)
-        conn.execute(INSERT_VERSION, (version, name, 0))
+    conn = _migrated_to(tmp_path / "db", 5)
     conn.execute("INSERT INTO lexical_stats VALUES (1, 3, 30, 0)")
     assert migrate(conn) == [6]
 

@@ -97,6 +97,16 @@ def connect(path: Path, vectors: bool, *, reader: bool) -> tuple[apsw.Connection
     return conn, support
 
 
+def unhooked(conn: apsw.Connection, read: Callable[[], T]) -> T:
+    """Run `read` on `conn` with its statement hooks off: the reads a SQL function makes
+    for the statement calling it (the in-process caches') are that statement's inner work."""
+    tracer, conn.exec_trace = conn.exec_trace, None
+    try:
+        return read()
+    finally:
+        conn.exec_trace = tracer
+
+
 def map_errors(exc: apsw.Error) -> Exception:
     """Lock contention and I/O failures become a retryable Unavailable; the rest stays."""
     if isinstance(exc, _UNAVAILABLE):

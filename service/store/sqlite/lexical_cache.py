@@ -26,9 +26,9 @@ import itertools
 import json
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import cast
 
 import apsw
 import numpy as np
@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 
 from service.store.lexical_index import LexicalCacheStats, ProjectPostings, Term, rank
 from service.store.matrices import MatrixLru
+from service.store.sqlite.connection import unhooked
 
 SELECT_GENERATIONS = """
 SELECT s.project_id, s.n, s.sum_dl, COALESCE(g.gen, 0)
@@ -44,12 +45,15 @@ WHERE s.project_id IN (SELECT value FROM json_each(?))"""
 # Documents in identity order (kind, row id: BINARY collation, the byte order the page uses).
 SELECT_DOCUMENTS = """
 SELECT id, kind, row_id FROM documents WHERE project_id = ? ORDER BY kind, row_id"""
-# The content column's postings in key order: by term (byte order), then document id.
+# The content column's postings by term (byte order), then document id: the key's order, so
+# the ORDER BY costs no sort.
 SELECT_POSTINGS = """
-SELECT term, doc_id, tf, dl FROM term_postings WHERE project_id = ? AND col = 0"""
-SELECT_ALL_PROJECTS = "SELECT project_id FROM lexical_stats"
+SELECT term, doc_id, tf, dl FROM term_postings WHERE project_id = ? AND col = 0
+ORDER BY term, doc_id"""
+SELECT_ALL_GENERATIONS = """
+SELECT s.project_id, s.n, s.sum_dl, COALESCE(g.gen, 0)
+FROM lexical_stats AS s LEFT JOIN lexical_generations AS g ON g.project_id = s.project_id"""
 MAX_TF = 65_535  # tfs are held as uint16
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,10 +61,12 @@ class _Held:
     postings: ProjectPostings
     ids: NDArray[np.int64]  # documents.id of each document index
     by_id: NDArray[np.int64]  # the document indexes in ascending id order
+    sorted_ids: NDArray[np.int64]  # ids[by_id]
 
     @property
     def nbytes(self) -> int:
-        return int(self.postings.nbytes + self.ids.nbytes + self.by_id.nbytes)
+        return int(self.postings.nbytes + self.ids.nbytes + self.by_id.nbytes
+                   + self.sorted_ids.nbytes)
 
 
 def _positions(held: Sequence[_Held], doc_ids: Sequence[int]) -> list[tuple[int, int]]:
@@ -68,7 +74,7 @@ def _positions(held: Sequence[_Held], doc_ids: Sequence[int]) -> list[tuple[int,
     wanted = np.unique(np.asarray(doc_ids, dtype=np.int64))
     found: list[tuple[int, int]] = []
     for position, item in enumerate(held):
-        ordered = item.ids[item.by_id]
+        ordered = item.sorted_ids
         at = np.searchsorted(ordered, wanted)
         inside = at < len(ordered)
         at = at[inside]
@@ -144,9 +150,8 @@ class SqliteLexicalCache:
         answers its first searches without a read each); returns the projects read."""
         conn.execute("BEGIN")  # the generations and postings of one snapshot
         try:
-            projects = [int(cast(int, p)) for (p,) in conn.execute(SELECT_ALL_PROJECTS)]
             read, evictions = 0, self._lru.evictions
-            for project_id, current in self._generations(conn, projects).items():
+            for project_id, current in _generations(conn.execute(SELECT_ALL_GENERATIONS)).items():
                 with self._lock:
                     found = self._lru.get(project_id)
                 if found is not None and _key(found) == current:
@@ -169,18 +174,8 @@ class SqliteLexicalCache:
                 self._lru.evictions, self._served, self._fallbacks,
             )
 
-    def _generations(
-        self, conn: apsw.Connection, scope: Sequence[int]
-    ) -> dict[int, tuple[int, int, int]]:
-        """Each scope project's (N, summed lengths, generation) as the snapshot holds them
-        (a project without statistics is absent: nothing written, nothing to rank)."""
-        return {
-            int(cast(int, p)): (int(cast(int, n)), int(cast(int, s)), int(cast(int, g)))
-            for p, n, s, g in conn.execute(SELECT_GENERATIONS, (json.dumps(list(scope)),))
-        }
-
     def _scope(self, conn: apsw.Connection, scope: list[int]) -> list[_Held] | None:
-        current = self._generations(conn, scope)
+        current = _generations(conn.execute(SELECT_GENERATIONS, (json.dumps(scope),)))
         held: dict[int, _Held] = {}
         with self._lock:
             for project_id in scope:
@@ -213,6 +208,15 @@ class SqliteLexicalCache:
 
 
 _EMPTY = (0, 0, 0)
+
+
+def _generations(rows: Iterable[tuple[apsw.SQLiteValue, ...]]) -> dict[int, tuple[int, int, int]]:
+    """Each project's (N, summed lengths, generation) as the snapshot holds them (a project
+    without statistics is absent: nothing written, nothing to rank)."""
+    return {
+        int(cast(int, p)): (int(cast(int, n)), int(cast(int, s)), int(cast(int, g)))
+        for p, n, s, g in rows
+    }
 
 
 def _key(held: _Held) -> tuple[int, int, int]:
@@ -250,7 +254,7 @@ def _load(
     counts: list[int] = []
     for term, group in itertools.groupby(terms):
         vocabulary.append(term)
-        counts.append(sum(1 for _ in group))
+        counts.append(len(list(group)))
     starts = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)])
     term_of = np.repeat(np.arange(len(vocabulary), dtype=np.int64), counts)
     by = np.lexsort((documents_at, term_of))  # each lexeme's documents in identity order
@@ -268,7 +272,7 @@ def _load(
         docs=documents_at[by],
         tfs=numbers[by, 1].astype(np.uint16),
     )
-    return _Held(postings, ids, order.astype(np.int64))
+    return _Held(postings, ids, order.astype(np.int64), sorted_ids)
 
 
 _FUNCTIONS: weakref.WeakKeyDictionary[apsw.Connection, SqliteLexicalCache] = (
@@ -304,18 +308,12 @@ def register_lexical_functions(conn: apsw.Connection, cache: SqliteLexicalCache)
     if _FUNCTIONS.get(conn) is cache:
         return
 
-    def quiet(read: Callable[[], T]) -> T:
-        tracer, conn.exec_trace = conn.exec_trace, None
-        try:
-            return read()
-        finally:
-            conn.exec_trace = tracer
-
     def ranking(*args: apsw.SQLiteValue) -> str | None:
         scope, terms, k1, b, strict_at, any_term, wanted, also = args
         parsed = [Term(str(t[0]), bool(t[1])) for t in json.loads(str(terms))]
         others = [int(d) for d in json.loads(str(also))] if also is not None else []
-        found = quiet(
+        found = unhooked(
+            conn,
             lambda: cache.rank(
                 conn, json.loads(str(scope)), parsed, float(cast(float, k1)),
                 float(cast(float, b)), int(cast(int, strict_at)), bool(any_term),

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import cast
 
 import apsw
 import numpy as np
@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
 from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
+from service.store.sqlite.connection import unhooked
 
 SELECT_GENERATIONS = """
 SELECT project_id, gen FROM vector_generations
@@ -49,7 +50,6 @@ COUNT_PROJECT_VECTORS = """
 SELECT count(*) FROM vectors
 WHERE project_id = ? AND model = ? AND dimensions = ? AND state = 'ready'"""
 SELECT_GENERATION_PROJECTS = "SELECT project_id FROM vector_generations"
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -222,23 +222,17 @@ def register_cache_functions(conn: apsw.Connection, cache: VectorCache) -> None:
     if _FUNCTIONS.get(conn) is cache:
         return
 
-    def quiet(read: Callable[[], T]) -> T:
-        tracer, conn.exec_trace = conn.exec_trace, None
-        try:
-            return read()
-        finally:
-            conn.exec_trace = tracer
-
     def count(*args: apsw.SQLiteValue) -> int | None:
         scope, model, dimensions = args
         identity = EmbeddingIdentity(str(model), int(cast(int, dimensions)))
-        return quiet(lambda: cache.scope_count(conn, json.loads(str(scope)), identity))
+        return unhooked(conn, lambda: cache.scope_count(conn, json.loads(str(scope)), identity))
 
     def knn(*args: apsw.SQLiteValue) -> str | None:
         query, scope, model, dimensions, k = args
         identity = EmbeddingIdentity(str(model), int(cast(int, dimensions)))
         probe = np.frombuffer(cast(bytes, query), dtype=np.float32)
-        found = quiet(
+        found = unhooked(
+            conn,
             lambda: cache.nearest_ids(
                 conn, json.loads(str(scope)), identity, probe, int(cast(int, k))
             )
