@@ -31,7 +31,8 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
+from service.store.bounded_scan import Codes, code_row_bytes, encode, nearest
+from service.store.matrices import MatrixLru, normalised
 from service.store.postgres.pool import Reader, cache_read_row
 
 # Every project's chunks and generation, for the start-up read and the refresh after
@@ -81,10 +82,11 @@ class _Matrix:
     row_ids: list[str]
     chunk_indexes: list[int]
     rows: NDArray[np.float32]  # one normalised vector a row
+    codes: Codes  # the rows' int8 codes, for the bounded first pass
 
     @property
     def nbytes(self) -> int:
-        return int(self.rows.nbytes) + ROW_OVERHEAD * len(self.kinds)
+        return int(self.rows.nbytes) + ROW_OVERHEAD * len(self.kinds) + self.codes.nbytes
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class PgVectorCache:
         leaving the least-recently-used order to the searches. Returns the projects read."""
         rows = await conn.fetch(SELECT_ALL_SIZES)
         floats = int(identity.dimensions) * 4
-        needed = sum(int(r["chunks"]) for r in rows) * (floats + ROW_OVERHEAD)
+        needed = sum(int(r["chunks"]) for r in rows) * _row_bytes(identity)
         if not rows or needed > self._lru.budget or any(
             int(r["chunks"]) * floats > MAX_PROJECT_BYTES for r in rows
         ):
@@ -202,7 +204,7 @@ class PgVectorCache:
         """The scope's matrices, the missing ones read; reading no vector, None when the
         scope cannot be held at once (or holds a project too large to read at once) and
         _SMALL when it has at most `exact_scan_limit` chunks."""
-        row_bytes = int(identity.dimensions) * 4 + ROW_OVERHEAD
+        row_bytes = _row_bytes(identity)
         sizes = await conn.fetch(SELECT_SIZES, scope)
         if sum(int(row["chunks"]) for row in sizes) <= exact_scan_limit:
             return _SMALL
@@ -254,17 +256,23 @@ class PgVectorCache:
         dims = int(identity.dimensions)
         kinds, row_ids = list(row["kinds"]), list(row["row_ids"])
         rows = np.frombuffer(row["vectors"], dtype=">f4").astype(np.float32)
+        matrix = normalised(rows.reshape(len(kinds), dims))
         loaded = _Matrix(int(row["vgen"] or 0), identity, kinds, row_ids,
-                         [int(i) for i in row["chunk_indexes"]],
-                         normalised(rows.reshape(len(kinds), dims)))
+                         [int(i) for i in row["chunk_indexes"]], matrix, encode(matrix))
         return loaded if self._lru.put(project_id, loaded) else None
+
+
+def _row_bytes(identity: EmbeddingIdentity) -> int:
+    """What one row of `identity` costs the cache: its floats, codes and key."""
+    dims = int(identity.dimensions)
+    return dims * 4 + ROW_OVERHEAD + code_row_bytes(dims)
 
 
 def _nearest(matrices: list[_Matrix], probe: NDArray[np.float32], k: int) -> NDArray[np.intp]:
     if not matrices:
         return np.empty(0, dtype=np.intp)
-    distances = cosine_distances((m.rows for m in matrices), probe)
-    return nearest_positions(distances, np.arange(len(distances), dtype=np.int64), k)
+    order = np.arange(sum(len(m.rows) for m in matrices), dtype=np.int64)
+    return nearest([(m.rows, m.codes) for m in matrices], probe, order, k)
 
 
 def _candidates(

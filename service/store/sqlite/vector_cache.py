@@ -33,7 +33,8 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.matrices import MatrixLru, cosine_distances, nearest_positions, normalised
+from service.store.bounded_scan import Codes, code_row_bytes, encode, nearest
+from service.store.matrices import MatrixLru, normalised
 from service.store.sqlite.connection import unhooked
 
 SELECT_GENERATIONS = """
@@ -58,10 +59,11 @@ class _Matrix:
     identity: EmbeddingIdentity
     ids: NDArray[np.int64]
     rows: NDArray[np.float32]  # one normalised vector a row
+    codes: Codes  # the rows' int8 codes, for the bounded first pass
 
     @property
     def nbytes(self) -> int:
-        return int(self.rows.nbytes + self.ids.nbytes)
+        return int(self.rows.nbytes + self.ids.nbytes) + self.codes.nbytes
 
 
 class VectorCache:
@@ -102,8 +104,8 @@ class VectorCache:
         if not matrices:
             return []
         ids = np.concatenate([m.ids for m in matrices])
-        distances = cosine_distances((m.rows for m in matrices), probe)
-        return _nearest(ids, distances, k)
+        positions = nearest([(m.rows, m.codes) for m in matrices], probe, ids, k)
+        return [int(i) for i in ids[positions]]
 
     def _scope(
         self,
@@ -128,7 +130,7 @@ class VectorCache:
                 if found is not None and (found.generation, found.identity) == current:
                     held[project_id] = found
                     self._lru.use(project_id)
-        row_bytes = int(identity.dimensions) * 4 + 8
+        row_bytes = int(identity.dimensions) * 4 + 8 + code_row_bytes(identity.dimensions)
         needed = sum(m.nbytes for m in held.values())
         for project_id in scope:
             if project_id not in held:
@@ -201,12 +203,7 @@ def _load(
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
     matrix = normalised(matrix.reshape(len(rows), dims).copy())
-    return _Matrix(generation, identity, ids, matrix)
-
-
-def _nearest(ids: NDArray[np.int64], distances: NDArray[np.float32], k: int) -> list[int]:
-    """The ids of the k nearest (ties with the k-th included), nearest first."""
-    return [int(i) for i in ids[nearest_positions(distances, ids, k)]]
+    return _Matrix(generation, identity, ids, matrix, encode(matrix))
 
 
 _FUNCTIONS: weakref.WeakKeyDictionary[apsw.Connection, VectorCache] = weakref.WeakKeyDictionary()

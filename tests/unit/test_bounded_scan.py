@@ -1,0 +1,117 @@
+"""The bounded int8 first pass (service.store.bounded_scan) answers exactly what the full
+float32 scan answers, position for position, on data built to make that hard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from service.store import bounded_scan
+from service.store.bounded_scan import Codes, encode, nearest
+from service.store.matrices import TIES_MAX, cosine_distances, nearest_positions, normalised
+
+
+def _normalised(rows: NDArray[np.float64]) -> NDArray[np.float32]:
+    return normalised(np.ascontiguousarray(rows, dtype=np.float32))
+
+
+def _clustered(rng: np.random.Generator, count: int, dims: int = 384) -> NDArray[np.float32]:
+    """Rows around a few centres (near ties), some exact duplicates, a few zero rows and a
+    few with one dominant coordinate (coarse codes)."""
+    centres = rng.standard_normal((8, dims))
+    rows = centres[rng.integers(0, 8, count)] + rng.uniform(0.05, 0.6) * rng.standard_normal(
+        (count, dims)
+    )
+    dupes = rng.integers(0, count, count // 20)
+    rows[dupes] = rows[rng.integers(0, count)]
+    rows[rng.integers(0, count, 3)] = 0.0
+    spiky = rng.integers(0, count, count // 50)
+    rows[spiky, rng.integers(0, dims, len(spiky))] += 40.0
+    return _normalised(rows)
+
+
+def _split(
+    rows: NDArray[np.float32], parts: int, rng: np.random.Generator
+) -> list[NDArray[np.float32]]:
+    cuts = sorted(rng.choice(np.arange(1, len(rows)), size=parts - 1, replace=False).tolist())
+    return [np.ascontiguousarray(p) for p in np.split(rows, cuts)]
+
+
+def _full(matrices: list[NDArray[np.float32]], probe: NDArray[np.float32],
+          tiebreak: NDArray[np.int64], k: int) -> NDArray[np.intp]:
+    return nearest_positions(cosine_distances(matrices, probe), tiebreak, k)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_bounded_pass_picks_exactly_what_the_full_scan_picks(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(5_000, 30_000))
+    rows = _clustered(rng, count)
+    matrices = _split(rows, int(rng.integers(1, 6)), rng)
+    held = [(m, encode(m)) for m in matrices]
+    tiebreak = rng.permutation(count).astype(np.int64)
+    for _ in range(5):
+        kind = rng.integers(0, 3)
+        if kind == 0:  # a row of the scope itself (a duplicate's ties included)
+            probe = rows[int(rng.integers(0, count))].copy()
+        elif kind == 1:  # near a centre of the data
+            probe = _normalised(rows[rng.integers(0, count, 3)].sum(axis=0)[None, :])[0]
+        else:  # anywhere
+            probe = _normalised(rng.standard_normal((1, 384)))[0]
+        k = int(rng.choice([1, 10, 33, 110, 300]))
+        expected = _full(matrices, probe, tiebreak, k)
+        np.testing.assert_array_equal(nearest(held, probe, tiebreak, k), expected)
+
+
+def test_every_row_lies_within_its_bound() -> None:
+    rng = np.random.default_rng(7)
+    rows = _clustered(rng, 3000)
+    codes = encode(rows)
+    for probe in _clustered(rng, 20):
+        probe_codes = encode(probe[None, :])
+        coded = (codes.codes.astype(np.float64) * codes.scale[:, None]) @ (
+            probe_codes.codes[0].astype(np.float64) * probe_codes.scale[0]
+        )
+        exact = rows.astype(np.float64) @ probe.astype(np.float64)
+        bound = codes.residual + probe_codes.residual[0] * codes.code_norm
+        assert np.all(np.abs(exact - coded) <= bound + 1e-9)
+
+
+def test_the_first_pass_leaves_few_rows_to_score_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    rows = _clustered(rng, 40_000)
+    held = [(rows, encode(rows))]
+    scored: list[int] = []
+    exact = bounded_scan._exact
+
+    def counting(matrices: list[tuple[NDArray[np.float32], Codes]],
+                 probe: NDArray[np.float32], positions: NDArray[np.intp]) -> NDArray[np.float32]:
+        scored.append(len(positions))
+        return exact(matrices, probe, positions)
+
+    monkeypatch.setattr(bounded_scan, "_exact", counting)
+    probe = _normalised(rng.standard_normal((1, 384)))[0]
+    tiebreak = np.arange(len(rows), dtype=np.int64)
+    np.testing.assert_array_equal(nearest(held, probe, tiebreak, 50),
+                                  _full([rows], probe, tiebreak, 50))
+    assert len(scored) == 1  # the bounded pass ran, and scored only its survivors exactly
+    assert scored[0] < len(rows) * bounded_scan.MAX_SURVIVOR_SHARE
+
+
+def test_identical_rows_fall_back_to_the_full_scan_with_ties_by_tiebreak() -> None:
+    rows = np.tile(_normalised(np.ones((1, 384))), (6000, 1))
+    tiebreak = np.arange(6000, dtype=np.int64)[::-1].copy()
+    picked = nearest([(rows, encode(rows))], rows[0], tiebreak, 10)
+    np.testing.assert_array_equal(picked, _full([rows], rows[0], tiebreak, 10))
+    assert len(picked) == TIES_MAX  # every row is tied with the 10th
+
+
+def test_small_or_empty_scopes_are_scanned_in_full() -> None:
+    rng = np.random.default_rng(5)
+    rows = _clustered(rng, 500)
+    tiebreak = np.arange(500, dtype=np.int64)
+    np.testing.assert_array_equal(nearest([(rows, encode(rows))], rows[3], tiebreak, 10),
+                                  _full([rows], rows[3], tiebreak, 10))
+    assert len(nearest([], rows[3], np.empty(0, dtype=np.int64), 10)) == 0
+    assert len(nearest([(rows, encode(rows))], rows[3], tiebreak, 0)) == 0
