@@ -144,7 +144,10 @@ class SqliteStatement:
         "reader connection"
     )
 
-    def __init__(self, path: Path, cache_bytes: int, lexical_bytes: int = 0) -> None:
+    def __init__(
+        self, path: Path, cache_bytes: int, lexical_bytes: int = 0,
+        identity: EmbeddingIdentity | None = None,
+    ) -> None:
         from service.store.sqlite import search
         from service.store.sqlite.connection import connect
         from service.store.sqlite.lexical_cache import SqliteLexicalCache
@@ -163,6 +166,8 @@ class SqliteStatement:
         row = self._conn.execute(SELECT_VECTOR_INDEX).fetchone()
         usable = row is not None and support.loaded and not row[2]
         self._index = VectorIndex(EmbeddingIdentity(row[0], row[1]) if row else None, usable)
+        if identity is not None and self._cache.enabled:
+            self._cache.warm(self._conn, identity)  # likewise: no matrix read in a timed call
         self._checker = Fts5Checker()
 
     async def run(self, plan: SearchPlan) -> float:
@@ -216,8 +221,10 @@ class PostgresStatement:
         self._search, self._pooled, self._cache, self._lexical = search, pooled, cache, lexical
 
     @classmethod
-    async def open(cls, dsn: str, cache_bytes: int, lexical_bytes: int) -> PostgresStatement:
-        """Connect as the service's pool does."""
+    async def open(
+        cls, dsn: str, cache_bytes: int, lexical_bytes: int, identity: EmbeddingIdentity
+    ) -> PostgresStatement:
+        """Connect as the service's pool does, the caches read as its start-up reads them."""
         from service.store.postgres import search
         from service.store.postgres.lexical_cache import PgLexicalCache
         from service.store.postgres.pool import (
@@ -232,7 +239,9 @@ class PostgresStatement:
         await init_connection(conn)
         lexical = PgLexicalCache(lexical_bytes)
         await lexical.warm(conn)  # as the store does when it opens
-        return cls(conn, search, Conn(conn, ()), PgVectorCache(cache_bytes), lexical)
+        pooled, vectors = Conn(conn, ()), PgVectorCache(cache_bytes)
+        await vectors.warm(pooled, identity)  # likewise: no matrix read inside a timed call
+        return cls(conn, search, pooled, vectors, lexical)
 
     async def run(self, plan: SearchPlan) -> float:
         """The store's run_search on this connection: candidates, then the statement."""
@@ -276,12 +285,13 @@ async def open_statement(
         if url:
             statement = await PostgresStatement.open(
                 url, cache_budget(settings.pg_vector_cache_mb),
-                cache_budget(settings.pg_lexical_cache_mb),
+                cache_budget(settings.pg_lexical_cache_mb), identity,
             )
         else:
             statement = SqliteStatement(sqlite_path(url, settings.data_dir),
                                         cache_budget(settings.sqlite_vector_cache_mb),
-                                        cache_budget(settings.sqlite_lexical_cache_mb))
+                                        cache_budget(settings.sqlite_lexical_cache_mb),
+                                        identity)
         probe = Query((1,), "probe words", np.zeros(identity.dimensions, dtype=np.float32))
         probe.vector[0] = 1.0
         for mode in Mode:
