@@ -66,10 +66,15 @@ def code_row_bytes(dimensions: int) -> int:
 
 
 def encode(rows: NDArray[np.float32]) -> Codes:
-    """Codes of `rows` (a float32 matrix, one vector a row)."""
-    codes, scale = _quantise(rows)
+    """Codes of `rows` (a float32 matrix, one vector a row). A row with a NaN or an infinity
+    (only a writer behind the store's back makes one) gets zero codes and an infinite bound:
+    it always reaches the exact pass, which treats it as the full scan does."""
+    finite = np.isfinite(rows).all(axis=1)
+    clean = rows if finite.all() else np.where(finite[:, None], rows, np.float32(0.0))
+    codes, scale = _quantise(clean)
     decoded = codes.astype(np.float64) * scale.astype(np.float64)[:, None]
-    residual = np.linalg.norm(rows.astype(np.float64) - decoded, axis=1)
+    residual = np.linalg.norm(clean.astype(np.float64) - decoded, axis=1)
+    residual[~finite] = np.inf
     code_norm = np.linalg.norm(decoded, axis=1)
     # Rounded up, so the float32 bounds never fall below the float64 ones.
     return Codes(
@@ -89,7 +94,7 @@ def nearest(
     """What `nearest_positions(cosine_distances(rows...), tiebreak, k)` returns for the
     concatenated rows of `matrices` and a `probe` of length 1 (or 0), position for position."""
     total = sum(len(rows) for rows, _ in matrices)
-    if total < max(MIN_ROWS, SAMPLE_STEP * k) or k <= 0:
+    if total < max(MIN_ROWS, SAMPLE_STEP * k) or k <= 0 or not np.isfinite(probe).all():
         return _full(matrices, probe, tiebreak, k)
     probe_codes, probe_scale = _quantise(probe[None, :])
     probe_residual = float(

@@ -107,6 +107,19 @@ def test_identical_rows_fall_back_to_the_full_scan_with_ties_by_tiebreak() -> No
     assert len(picked) == TIES_MAX  # every row is tied with the 10th
 
 
+def test_rows_with_nan_or_infinity_are_treated_as_the_full_scan_treats_them() -> None:
+    rng = np.random.default_rng(11)
+    rows = _clustered(rng, 20_000)
+    rows[[5, 700, 19_999]] = np.nan
+    rows[1234, 7] = np.inf
+    tiebreak = np.arange(len(rows), dtype=np.int64)
+    held = [(rows, encode(rows))]
+    for probe in (rows[3], rows[40], _normalised(rng.standard_normal((1, 384)))[0]):
+        for k in (1, 10, 100):
+            np.testing.assert_array_equal(nearest(held, probe, tiebreak, k),
+                                          _full([rows], probe, tiebreak, k))
+
+
 def test_small_or_empty_scopes_are_scanned_in_full() -> None:
     rng = np.random.default_rng(5)
     rows = _clustered(rng, 500)
