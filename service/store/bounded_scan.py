@@ -69,7 +69,7 @@ def encode(rows: NDArray[np.float32]) -> Codes:
     """Codes of `rows` (a float32 matrix, one vector a row). A row with a NaN or an infinity
     (only a writer behind the store's back makes one) gets zero codes and an infinite bound:
     it always reaches the exact pass, which treats it as the full scan does."""
-    finite = np.isfinite(rows).all(axis=1)
+    finite = np.asarray(np.isfinite(rows).all(axis=1), dtype=np.bool_)
     clean = rows if finite.all() else np.where(finite[:, None], rows, np.float32(0.0))
     codes, scale = _quantise(clean)
     decoded = codes.astype(np.float64) * scale.astype(np.float64)[:, None]
