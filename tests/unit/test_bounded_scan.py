@@ -128,3 +128,35 @@ def test_small_or_empty_scopes_are_scanned_in_full() -> None:
                                   _full([rows], rows[3], tiebreak, 10))
     assert len(nearest([], rows[3], np.empty(0, dtype=np.int64), 10)) == 0
     assert len(nearest([(rows, encode(rows))], rows[3], tiebreak, 0)) == 0
+
+
+KERNELS = ("turin", "sapphire", "genoa", "ice", "skylake", "haswell")
+
+
+@pytest.mark.parametrize("disabled", range(len(KERNELS) + 1))
+def test_every_int8_kernel_of_this_cpu_gives_the_exact_integer_products(disabled: int) -> None:
+    """simsimd picks a kernel for the CPU at run time (AVX-512 VNNI on one machine, AVX2 or
+    plain C on another): each must give the exact products, extreme codes included, and the
+    bounded pass the full scan's answer."""
+    import simsimd
+
+    available = {name for name, on in simsimd.get_capabilities().items()
+                 if on and name in KERNELS}
+    try:
+        for name in KERNELS[:disabled]:
+            if name in available:
+                simsimd.disable_capability(name)
+        rng = np.random.default_rng(disabled)
+        codes = rng.choice(np.array([-127, -1, 0, 1, 127], dtype=np.int8), (3000, 384))
+        probe = rng.choice(np.array([-127, 127], dtype=np.int8), 384)
+        codes[0], codes[1] = probe, -probe
+        got = np.asarray(simsimd.cdist(probe[None, :], codes, metric="dot", out_dtype="float32"))
+        np.testing.assert_array_equal(got[0].astype(np.int64),
+                                      codes.astype(np.int64) @ probe.astype(np.int64))
+        rows = _clustered(rng, 12_000)
+        tiebreak = np.arange(len(rows), dtype=np.int64)
+        np.testing.assert_array_equal(nearest([(rows, encode(rows))], rows[9], tiebreak, 20),
+                                      _full([rows], rows[9], tiebreak, 20))
+    finally:
+        for name in available:
+            simsimd.enable_capability(name)
