@@ -100,19 +100,23 @@ def nearest(
     probe_residual = float(
         np.linalg.norm(probe.astype(np.float64) - probe_codes[0] * float(probe_scale[0]))
     )
-    approx, error = [], []
+    # In place, one buffer each: at 200k rows every temporary is ~0.1 ms of memory traffic.
+    coded = np.empty(total, dtype=np.float32)
+    bound = np.empty(total, dtype=np.float32)
+    start = 0
     for _, codes in matrices:
-        dots = np.asarray(
-            simsimd.cdist(probe_codes, codes.codes, metric="dot", out_dtype="float32")
-        )[0]
-        approx.append(dots * codes.scale * probe_scale[0])
-        error.append(codes.residual + np.float32(probe_residual) * codes.code_norm)
-    coded = np.concatenate(approx)
-    bound = np.concatenate(error)
+        end = start + len(codes.scale)
+        simsimd.cdist(probe_codes, codes.codes, metric="dot", out_dtype="float32",
+                      out=coded[start:end].reshape(1, -1))
+        coded[start:end] *= codes.scale
+        np.multiply(codes.code_norm, np.float32(probe_residual), out=bound[start:end])
+        bound[start:end] += codes.residual
+        start = end
+    coded *= probe_scale[0]
     bound += np.float32(SLACK)
-    low = coded - bound
-    tau = _kth_largest(low, k)
-    survivors = np.flatnonzero(coded + bound >= tau)
+    tau = _kth_largest(coded - bound, k)
+    coded += bound  # each row's upper bound
+    survivors = np.flatnonzero(coded >= tau)
     if len(survivors) > MAX_SURVIVOR_SHARE * total:
         return _full(matrices, probe, tiebreak, k)
     distances = _exact(matrices, probe, survivors)
