@@ -22,7 +22,7 @@ from search_client.pb.search.v1 import workspace_search_pb2 as wpb
 from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.fakes.suite import FakeProviders
-from service.store.bounded_scan import code_row_bytes
+from service.store.bounded_scan import row_bytes as scan_row_bytes
 from tests.support.pg import fresh_database
 from tests.support.reliability.world import server_env
 from tests.support.server import channel_to, running_server
@@ -111,7 +111,7 @@ async def test_scrape_shows_the_sqlite_vector_cache(tmp_path: Path) -> None:
         text = await asyncio.to_thread(_scrape, app.metrics_port)
         assert _value(text, "search_vector_cache_loads_total") == 1.0
         assert _value(text, "search_vector_cache_projects") == 1.0
-        assert _value(text, "search_vector_cache_bytes") == 2 * (384 * 4 + 8 + code_row_bytes(384))
+        assert _value(text, "search_vector_cache_bytes") == 2 * (scan_row_bytes(384) + 8)
         assert _value(text, "search_vector_cache_fallbacks_total") == 0.0
         assert _value(text, "search_vector_cache_evictions_total") == 0.0
 

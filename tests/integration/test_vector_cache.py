@@ -22,7 +22,7 @@ import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.store.base import Mode, SearchPage
-from service.store.bounded_scan import code_row_bytes
+from service.store.bounded_scan import row_bytes as scan_row_bytes
 from service.store.postgres import vector_cache as pg_vector_cache
 from tests.integration.conftest import Backend, Corpus, Doc
 from tests.support.pg import fresh_database
@@ -38,7 +38,7 @@ CACHE_BYTES = 256 << 20
 def row_bytes(backend: Backend) -> int:
     """What one 384-d vector costs the backend's cache (its floats, its int8 codes with their
     bounds, and its key)."""
-    return 384 * 4 + code_row_bytes(384) + (8 if backend.name == "sqlite" else 64)
+    return scan_row_bytes(384) + (8 if backend.name == "sqlite" else 64)
 
 
 @pytest_asyncio.fixture
@@ -401,7 +401,7 @@ async def test_a_working_set_past_the_budget_does_not_evict_what_is_in_use(
     from service.store.postgres import PostgresStore
 
     async with fresh_database(pg_dsn) as dsn:
-        budget = 12 * (384 * 4 + 64 + code_row_bytes(384))
+        budget = 12 * (scan_row_bytes(384) + 64)
         store = PostgresStore(dsn, embedder.identity, vector_cache_bytes=budget)
         plain = PostgresStore(dsn, embedder.identity, vector_cache_bytes=0)
         await store.open()

@@ -8,7 +8,7 @@ import pytest
 from numpy.typing import NDArray
 
 from service.store import bounded_scan
-from service.store.bounded_scan import Codes, encode, nearest
+from service.store.bounded_scan import ScanRows, encode, nearest
 from service.store.matrices import TIES_MAX, cosine_distances, nearest_positions, normalised
 
 
@@ -49,7 +49,7 @@ def test_the_bounded_pass_picks_exactly_what_the_full_scan_picks(seed: int) -> N
     count = int(rng.integers(5_000, 30_000))
     rows = _clustered(rng, count)
     matrices = _split(rows, int(rng.integers(1, 6)), rng)
-    held = [(m, encode(m)) for m in matrices]
+    held = [ScanRows.of(m) for m in matrices]
     tiebreak = rng.permutation(count).astype(np.int64)
     for _ in range(5):
         kind = rng.integers(0, 3)
@@ -81,11 +81,11 @@ def test_every_row_lies_within_its_bound() -> None:
 def test_the_first_pass_leaves_few_rows_to_score_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
     rows = _clustered(rng, 40_000)
-    held = [(rows, encode(rows))]
+    held = [ScanRows.of(rows)]
     scored: list[int] = []
     exact = bounded_scan._exact
 
-    def counting(matrices: list[tuple[NDArray[np.float32], Codes]],
+    def counting(matrices: list[ScanRows],
                  probe: NDArray[np.float32], positions: NDArray[np.intp]) -> NDArray[np.float32]:
         scored.append(len(positions))
         return exact(matrices, probe, positions)
@@ -102,7 +102,7 @@ def test_the_first_pass_leaves_few_rows_to_score_exactly(monkeypatch: pytest.Mon
 def test_identical_rows_fall_back_to_the_full_scan_with_ties_by_tiebreak() -> None:
     rows = np.tile(_normalised(np.ones((1, 384))), (6000, 1))
     tiebreak = np.arange(6000, dtype=np.int64)[::-1].copy()
-    picked = nearest([(rows, encode(rows))], rows[0], tiebreak, 10)
+    picked = nearest([ScanRows.of(rows)], rows[0], tiebreak, 10)
     np.testing.assert_array_equal(picked, _full([rows], rows[0], tiebreak, 10))
     assert len(picked) == TIES_MAX  # every row is tied with the 10th
 
@@ -113,7 +113,7 @@ def test_rows_with_nan_or_infinity_are_treated_as_the_full_scan_treats_them() ->
     rows[[5, 700, 19_999]] = np.nan
     rows[1234, 7] = np.inf
     tiebreak = np.arange(len(rows), dtype=np.int64)
-    held = [(rows, encode(rows))]
+    held = [ScanRows.of(rows)]
     for probe in (rows[3], rows[40], _normalised(rng.standard_normal((1, 384)))[0]):
         for k in (1, 10, 100):
             np.testing.assert_array_equal(nearest(held, probe, tiebreak, k),
@@ -124,10 +124,10 @@ def test_small_or_empty_scopes_are_scanned_in_full() -> None:
     rng = np.random.default_rng(5)
     rows = _clustered(rng, 500)
     tiebreak = np.arange(500, dtype=np.int64)
-    np.testing.assert_array_equal(nearest([(rows, encode(rows))], rows[3], tiebreak, 10),
+    np.testing.assert_array_equal(nearest([ScanRows.of(rows)], rows[3], tiebreak, 10),
                                   _full([rows], rows[3], tiebreak, 10))
     assert len(nearest([], rows[3], np.empty(0, dtype=np.int64), 10)) == 0
-    assert len(nearest([(rows, encode(rows))], rows[3], tiebreak, 0)) == 0
+    assert len(nearest([ScanRows.of(rows)], rows[3], tiebreak, 0)) == 0
 
 
 KERNELS = ("turin", "sapphire", "genoa", "ice", "skylake", "haswell")
@@ -155,7 +155,7 @@ def test_every_int8_kernel_of_this_cpu_gives_the_exact_integer_products(disabled
                                       codes.astype(np.int64) @ probe.astype(np.int64))
         rows = _clustered(rng, 12_000)
         tiebreak = np.arange(len(rows), dtype=np.int64)
-        np.testing.assert_array_equal(nearest([(rows, encode(rows))], rows[9], tiebreak, 20),
+        np.testing.assert_array_equal(nearest([ScanRows.of(rows)], rows[9], tiebreak, 20),
                                       _full([rows], rows[9], tiebreak, 20))
     finally:
         for name in available:

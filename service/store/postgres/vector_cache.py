@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.bounded_scan import Codes, code_row_bytes, encode, nearest
+from service.store.bounded_scan import ScanRows, nearest, row_bytes
 from service.store.matrices import MatrixLru, normalised
 from service.store.postgres.pool import Reader, cache_read_row
 
@@ -81,12 +81,11 @@ class _Matrix:
     kinds: list[str]
     row_ids: list[str]
     chunk_indexes: list[int]
-    rows: NDArray[np.float32]  # one normalised vector a row
-    codes: Codes  # the rows' int8 codes, for the bounded first pass
+    scan: ScanRows  # one normalised vector a row, and its int8 codes
 
     @property
     def nbytes(self) -> int:
-        return int(self.rows.nbytes) + ROW_OVERHEAD * len(self.kinds) + self.codes.nbytes
+        return self.scan.nbytes + ROW_OVERHEAD * len(self.kinds)
 
 
 @dataclass(frozen=True)
@@ -256,23 +255,20 @@ class PgVectorCache:
         dims = int(identity.dimensions)
         kinds, row_ids = list(row["kinds"]), list(row["row_ids"])
         rows = np.frombuffer(row["vectors"], dtype=">f4").astype(np.float32)
-        matrix = normalised(rows.reshape(len(kinds), dims))
         loaded = _Matrix(int(row["vgen"] or 0), identity, kinds, row_ids,
-                         [int(i) for i in row["chunk_indexes"]], matrix, encode(matrix))
+                         [int(i) for i in row["chunk_indexes"]],
+                         ScanRows.of(normalised(rows.reshape(len(kinds), dims))))
         return loaded if self._lru.put(project_id, loaded) else None
 
 
 def _row_bytes(identity: EmbeddingIdentity) -> int:
     """What one row of `identity` costs the cache: its floats, codes and key."""
-    dims = int(identity.dimensions)
-    return dims * 4 + ROW_OVERHEAD + code_row_bytes(dims)
+    return row_bytes(identity.dimensions) + ROW_OVERHEAD
 
 
 def _nearest(matrices: list[_Matrix], probe: NDArray[np.float32], k: int) -> NDArray[np.intp]:
-    if not matrices:
-        return np.empty(0, dtype=np.intp)
-    order = np.arange(sum(len(m.rows) for m in matrices), dtype=np.int64)
-    return nearest([(m.rows, m.codes) for m in matrices], probe, order, k)
+    order = np.arange(sum(len(m.scan) for m in matrices), dtype=np.int64)
+    return nearest([m.scan for m in matrices], probe, order, k)
 
 
 def _candidates(

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.bounded_scan import Codes, code_row_bytes, encode, nearest
+from service.store.bounded_scan import ScanRows, nearest, row_bytes
 from service.store.matrices import MatrixLru, normalised
 from service.store.sqlite.connection import unhooked
 
@@ -58,12 +58,11 @@ class _Matrix:
     generation: int
     identity: EmbeddingIdentity
     ids: NDArray[np.int64]
-    rows: NDArray[np.float32]  # one normalised vector a row
-    codes: Codes  # the rows' int8 codes, for the bounded first pass
+    scan: ScanRows  # one normalised vector a row, and its int8 codes
 
     @property
     def nbytes(self) -> int:
-        return int(self.rows.nbytes + self.ids.nbytes) + self.codes.nbytes
+        return int(self.ids.nbytes) + self.scan.nbytes
 
 
 class VectorCache:
@@ -104,7 +103,7 @@ class VectorCache:
         if not matrices:
             return []
         ids = np.concatenate([m.ids for m in matrices])
-        positions = nearest([(m.rows, m.codes) for m in matrices], probe, ids, k)
+        positions = nearest([m.scan for m in matrices], probe, ids, k)
         return [int(i) for i in ids[positions]]
 
     def _scope(
@@ -130,14 +129,14 @@ class VectorCache:
                 if found is not None and (found.generation, found.identity) == current:
                     held[project_id] = found
                     self._lru.use(project_id)
-        row_bytes = int(identity.dimensions) * 4 + 8 + code_row_bytes(identity.dimensions)
+        per_row = row_bytes(identity.dimensions) + 8  # and its id
         needed = sum(m.nbytes for m in held.values())
         for project_id in scope:
             if project_id not in held:
                 row = conn.execute(
                     COUNT_PROJECT_VECTORS, (project_id, identity.model, identity.dimensions)
                 ).fetchall()[0]
-                needed += int(cast(int, row[0])) * row_bytes
+                needed += int(cast(int, row[0])) * per_row
         if needed > self._lru.budget:
             if for_knn:  # one fallback per search: the one whose candidates vec0 gives
                 with self._lock:
@@ -203,7 +202,7 @@ def _load(
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
     matrix = normalised(matrix.reshape(len(rows), dims).copy())
-    return _Matrix(generation, identity, ids, matrix, encode(matrix))
+    return _Matrix(generation, identity, ids, ScanRows.of(matrix))
 
 
 _FUNCTIONS: weakref.WeakKeyDictionary[apsw.Connection, VectorCache] = weakref.WeakKeyDictionary()
