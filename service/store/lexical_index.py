@@ -36,6 +36,9 @@ from numpy.typing import NDArray
 PREFIX_END = chr(0x10FFFF)  # lexemes with a prefix p lie in [p, p + PREFIX_END), as in SQL
 KEY_OVERHEAD = 96  # bytes a document's key costs besides the arrays, as Python holds it
 MAX_MASKS = 16  # kind filters remembered per project (all forgotten when full)
+# A term's postings in one project (ProjectPostings.postings_of): first, end of the exact
+# lexeme's, end, several lexemes.
+Span = tuple[int, int, int, bool]
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,18 @@ class ProjectPostings:
             return at, bisect.bisect_left(words, lexeme + PREFIX_END, at), False
         if not prefix:
             return at, at + 1, True
-        return at, int(self.prefix_ends[at]), True
+        return at, self.prefix_ends.item(at), True
+
+    def postings_of(self, lexeme: str, prefix: bool) -> Span:
+        """The postings a term holds (`span`'s lexemes): where they start, where the term's
+        own lexeme's end (the start when it has none), where they end, and whether they
+        cover several lexemes (a document may then be listed more than once)."""
+        low, high, exact = self.span(lexeme, prefix)
+        if low == high:
+            return 0, 0, 0, False
+        starts = self.starts
+        first = starts.item(low)
+        return first, starts.item(low + 1) if exact else first, starts.item(high), high - low > 1
 
 
 _NO_TFS = np.empty(0, dtype=np.float64)
@@ -161,23 +175,14 @@ def scope_avgdl(n: int, sum_dl: int) -> float:
     return sum_dl / n  # int / int: the correctly rounded quotient, as float(Fraction) is
 
 
-Span = tuple[int, int, bool]  # ProjectPostings.span of one term in one project
-
-
 def term_spans(scope: Sequence[ProjectPostings], terms: Sequence[Term]) -> list[list[Span]]:
-    """Each term's span in each scope project (by term, then project)."""
-    return [[p.span(term.lexeme, term.prefix) for p in scope] for term in terms]
+    """Each term's postings in each scope project (by term, then project)."""
+    return [[p.postings_of(term.lexeme, term.prefix) for p in scope] for term in terms]
 
 
-def postings_count(scope: Sequence[ProjectPostings], spans: Sequence[Sequence[Span]]) -> int:
-    """The postings `rank` reads for terms of these `spans` over `scope` (its work: ~10 ns
-    each)."""
-    count = 0
-    for of_term in spans:
-        for postings, (low, high, _) in zip(scope, of_term, strict=True):
-            if low != high:
-                count += int(postings.starts[high]) - int(postings.starts[low])
-    return count
+def postings_count(spans: Sequence[Sequence[Span]]) -> int:
+    """The postings `rank` reads for terms of these `spans` (its work: ~10 ns each)."""
+    return sum(last - first for of_term in spans for first, _, last, _ in of_term)
 
 
 def rank(
@@ -215,14 +220,15 @@ def rank(
     n = float(n_docs)
     avgdl = scope_avgdl(n_docs, sum_dl)
     offsets = np.cumsum([0] + [len(p.kinds) for p in scope], dtype=np.int64)
-    size = int(offsets[-1])
+    bases = offsets.tolist()
+    size = bases[-1]
     scores = np.zeros(size, dtype=np.float64)
     hits = np.zeros(size, dtype=np.int64)
     errors = np.zeros(size, dtype=np.float64) if sqlite else None
     lengths = np.concatenate([p.lengths for p in scope]) if scope else _NO_TFS
     dfs, idfs = [], []
     for of_term in spans:
-        at, tf = _postings(scope, offsets, of_term)
+        at, tf = _postings(scope, bases, of_term)
         if mask is not None:
             keep = mask[at]
             at, tf = at[keep], tf[keep]
@@ -338,12 +344,12 @@ def _places(
 
 
 def _postings(
-    scope: list[ProjectPostings], offsets: NDArray[np.int64], spans: Sequence[Span]
+    scope: list[ProjectPostings], offsets: list[int], spans: Sequence[Span]
 ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """The scope documents (positions in the scope) holding a term (its `spans`, by
-    project), each once, and its tf in each: the exact lexeme's, 1 for a document holding
-    only longer lexemes of a prefix (the SQL's `COALESCE(max(tf) FILTER (WHERE lexeme =
-    term), 1)`)."""
+    """The scope documents (positions in the scope; `offsets`: where each project's
+    documents start, then the scope's size) holding a term (its `spans`, by project), each
+    once, and its tf in each: the exact lexeme's, 1 for a document holding only longer
+    lexemes of a prefix (the SQL's `COALESCE(max(tf) FILTER (WHERE lexeme = term), 1)`)."""
     docs: list[NDArray[np.int32]] = []
     tfs: list[NDArray[np.uint16]] = []
     bases: list[int] = []
@@ -351,20 +357,17 @@ def _postings(
     longer: list[tuple[int, int]] = []  # ranges of postings of longer lexemes (tf 1)
     spread = False  # some project's range spans several lexemes: its documents repeat
     count = 0
-    for index, (postings, (low, high, exact)) in enumerate(zip(scope, spans, strict=True)):
-        if low == high:
+    for base, postings, (first, cut, last, several) in zip(offsets, scope, spans, strict=False):
+        if first == last:
             continue
-        starts = postings.starts
-        first, last = int(starts[low]), int(starts[high])
         # The exact lexeme's postings come first in the range.
-        cut = int(starts[low + 1]) if exact else first
         docs.append(postings.docs[first:last])
         tfs.append(postings.tfs[first:last])
-        bases.append(int(offsets[index]))
+        bases.append(base)
         sizes.append(last - first)
         if cut < last:
             longer.append((count + cut - first, count + last - first))
-            spread = spread or high - low > 1
+            spread = spread or several
         count += last - first
     if not docs:
         return np.empty(0, dtype=np.int64), _NO_TFS
@@ -380,7 +383,7 @@ def _postings(
     own = np.ones(count, dtype=bool)
     for start, end in longer:
         own[start:end] = False
-    dense = np.zeros(int(offsets[-1]), dtype=np.float64)
+    dense = np.zeros(offsets[-1], dtype=np.float64)
     dense[at] = 1.0
     dense[at[own]] = tf[own]
     held = np.flatnonzero(dense)

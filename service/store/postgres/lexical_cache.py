@@ -269,7 +269,7 @@ class PgLexicalCache:
             rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra, spans,
             eligible,
         )
-        if postings_count(held, spans) > THREAD_POSTINGS:
+        if postings_count(spans) > THREAD_POSTINGS:
             ranking = await asyncio.to_thread(ranking_of)
         else:
             ranking = ranking_of()
