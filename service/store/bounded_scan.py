@@ -25,8 +25,13 @@ many survivors (rows nearly all alike), is scanned in full.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simsimd
@@ -44,6 +49,8 @@ MAX_SURVIVOR_SHARE = 0.125
 # tau comes from every SAMPLE_STEP-th row first (its k-th largest `low` is at most the
 # scope's), then exactly from the rows at or above that: no partition of the whole scope.
 SAMPLE_STEP = 16
+# From this many rows the first pass is shared with a helper thread (_Helper).
+SPLIT_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -107,14 +114,16 @@ def encode(rows: NDArray[np.float32]) -> Codes:
 def nearest(
     matrices: Sequence[ScanRows],
     probe: NDArray[np.float32],
-    tiebreak: NDArray[np.int64],
+    tiebreaks: Sequence[NDArray[np.int64]] | None,
     k: int,
 ) -> NDArray[np.intp]:
     """What `nearest_positions(cosine_distances(rows...), tiebreak, k)` returns for the
-    concatenated rows of `matrices` and a `probe` of length 1 (or 0), position for position."""
+    concatenated rows of `matrices` and a `probe` of length 1 (or 0), position for position;
+    `tiebreaks`: each matrix's part of `tiebreak` (None: the positions themselves), only
+    read where needed (a scope's concatenation is ~1.6 MB at 200k rows)."""
     total = sum(len(m) for m in matrices)
     if total < max(MIN_ROWS, SAMPLE_STEP * k) or k <= 0 or not np.isfinite(probe).all():
-        return _full(matrices, probe, tiebreak, k)
+        return _full(matrices, probe, tiebreaks, k)
     probe_codes, probe_scale = _quantise(probe[None, :])
     probe_residual = float(
         np.linalg.norm(probe.astype(np.float64) - probe_codes[0] * float(probe_scale[0]))
@@ -122,25 +131,119 @@ def nearest(
     # In place, one buffer each: at 200k rows every temporary is ~0.1 ms of memory traffic.
     coded = np.empty(total, dtype=np.float32)
     bound = np.empty(total, dtype=np.float32)
-    start = 0
-    for matrix in matrices:
-        codes = matrix.codes
-        end = start + len(matrix)
-        simsimd.cdist(probe_codes, codes.codes, metric="dot", out_dtype="float32",
-                      out=coded[start:end].reshape(1, -1))
-        coded[start:end] *= codes.scale
-        np.multiply(codes.code_norm, np.float32(probe_residual), out=bound[start:end])
-        bound[start:end] += codes.residual
-        start = end
-    coded *= probe_scale[0]
-    bound += np.float32(SLACK)
+    pieces = _pieces(matrices)
+    scales = (probe_scale[0], np.float32(probe_residual))
+
+    def first_pass(part: list[_Piece]) -> None:
+        _first_pass(part, probe_codes, scales, coded, bound)
+
+    if total >= SPLIT_ROWS:
+        low, high = _halves(pieces, total // 2)
+        _HELPER.beside(functools.partial(first_pass, high), functools.partial(first_pass, low))
+    else:
+        first_pass(pieces)
     tau = _kth_largest(coded - bound, k)
     coded += bound  # each row's upper bound
     survivors = np.flatnonzero(coded >= tau)
     if len(survivors) > MAX_SURVIVOR_SHARE * total:
-        return _full(matrices, probe, tiebreak, k)
+        return _full(matrices, probe, tiebreaks, k)
     distances = _exact(matrices, probe, survivors)
-    return survivors[nearest_positions(distances, tiebreak[survivors], k)]
+    order = survivors if tiebreaks is None else take(tiebreaks, survivors)
+    return survivors[nearest_positions(distances, order, k)]
+
+
+def take(parts: Sequence[NDArray[Any]], positions: NDArray[np.intp]) -> NDArray[Any]:
+    """`np.concatenate(parts)[positions]` without the concatenation."""
+    starts = np.cumsum([0] + [len(p) for p in parts], dtype=np.int64)
+    which = np.searchsorted(starts, positions, side="right") - 1
+    found = np.empty(len(positions), dtype=parts[0].dtype if parts else np.int64)
+    for part in np.unique(which).tolist():
+        chosen = which == part
+        found[chosen] = parts[part][positions[chosen] - starts[part]]
+    return found
+
+
+_Piece = tuple[Codes, int, int, int]  # a matrix's codes, its rows [lo, hi), where they go
+
+
+def _pieces(matrices: Sequence[ScanRows]) -> list[_Piece]:
+    pieces, start = [], 0
+    for matrix in matrices:
+        pieces.append((matrix.codes, 0, len(matrix), start))
+        start += len(matrix)
+    return pieces
+
+
+def _halves(pieces: list[_Piece], cut: int) -> tuple[list[_Piece], list[_Piece]]:
+    """The pieces before and after row `cut` of the concatenation (one matrix split there
+    when it straddles it)."""
+    low: list[_Piece] = []
+    high: list[_Piece] = []
+    for codes, lo, hi, start in pieces:
+        end = start + hi - lo
+        if end <= cut:
+            low.append((codes, lo, hi, start))
+        elif start >= cut:
+            high.append((codes, lo, hi, start))
+        else:
+            low.append((codes, lo, lo + cut - start, start))
+            high.append((codes, lo + cut - start, hi, cut))
+    return low, high
+
+
+def _first_pass(
+    pieces: Sequence[_Piece],
+    probe_codes: NDArray[np.int8],
+    scales: tuple[np.float32, np.float32],
+    coded: NDArray[np.float32],
+    bound: NDArray[np.float32],
+) -> None:
+    """Each row's coded product with the probe (`coded`) and its error bound (`bound`) for
+    the rows of `pieces`; `scales`: the probe's code scale and residual."""
+    probe_scale, probe_residual = scales
+    for codes, lo, hi, start in pieces:
+        end = start + hi - lo
+        simsimd.cdist(probe_codes, codes.codes[lo:hi], metric="dot", out_dtype="float32",
+                      out=coded[start:end].reshape(1, -1))
+        coded[start:end] *= codes.scale[lo:hi]
+        coded[start:end] *= probe_scale
+        np.multiply(codes.code_norm[lo:hi], probe_residual, out=bound[start:end])
+        bound[start:end] += codes.residual[lo:hi]
+        bound[start:end] += np.float32(SLACK)
+
+
+class _Helper:
+    """One thread that takes half of a large first pass while the searching thread does the
+    other half (simsimd's kernels and numpy's release the GIL; one thread reads the codes at
+    well under the machine's memory bandwidth). A search never waits for another's half:
+    when the helper is busy, or the machine has one core, the caller does both."""
+
+    def __init__(self) -> None:
+        self._free = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self.enabled = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1) > 1
+
+    def beside(self, side: Callable[[], None], main: Callable[[], None]) -> None:
+        """`side()` on the helper thread while `main()` runs here, when the helper is free;
+        else both here. Returns when both are done (they write into shared buffers)."""
+        if not self.enabled or not self._free.acquire(blocking=False):
+            main()
+            side()
+            return
+        try:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="bounded-scan")
+            future = self._pool.submit(side)
+            try:
+                main()
+            finally:
+                future.result()
+        finally:
+            self._free.release()
+
+
+_HELPER = _Helper()
 
 
 def _quantise(rows: NDArray[np.float32]) -> tuple[NDArray[np.int8], NDArray[np.float32]]:
@@ -181,9 +284,11 @@ def _exact(
 def _full(
     matrices: Sequence[ScanRows],
     probe: NDArray[np.float32],
-    tiebreak: NDArray[np.int64],
+    tiebreaks: Sequence[NDArray[np.int64]] | None,
     k: int,
 ) -> NDArray[np.intp]:
     if not matrices:
         return np.empty(0, dtype=np.intp)
-    return nearest_positions(cosine_distances((m.rows for m in matrices), probe), tiebreak, k)
+    total = sum(len(m) for m in matrices)
+    order = np.arange(total, dtype=np.int64) if tiebreaks is None else np.concatenate(tiebreaks)
+    return nearest_positions(cosine_distances((m.rows for m in matrices), probe), order, k)

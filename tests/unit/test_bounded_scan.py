@@ -3,6 +3,10 @@ float32 scan answers, position for position, on data built to make that hard."""
 
 from __future__ import annotations
 
+import itertools
+import threading
+from typing import Any
+
 import numpy as np
 import pytest
 from numpy.typing import NDArray
@@ -38,6 +42,12 @@ def _split(
     return [np.ascontiguousarray(p) for p in np.split(rows, cuts)]
 
 
+def _parts(tiebreak: NDArray[np.int64], held: list[ScanRows]) -> list[NDArray[np.int64]]:
+    """`tiebreak` cut as `nearest` takes it: one part per matrix."""
+    cuts = np.cumsum([len(m) for m in held])[:-1]
+    return list(np.split(tiebreak, cuts))
+
+
 def _full(matrices: list[NDArray[np.float32]], probe: NDArray[np.float32],
           tiebreak: NDArray[np.int64], k: int) -> NDArray[np.intp]:
     return nearest_positions(cosine_distances(matrices, probe), tiebreak, k)
@@ -61,7 +71,78 @@ def test_the_bounded_pass_picks_exactly_what_the_full_scan_picks(seed: int) -> N
             probe = _normalised(rng.standard_normal((1, 384)))[0]
         k = int(rng.choice([1, 10, 33, 110, 300]))
         expected = _full(matrices, probe, tiebreak, k)
-        np.testing.assert_array_equal(nearest(held, probe, tiebreak, k), expected)
+        np.testing.assert_array_equal(nearest(held, probe, _parts(tiebreak, held), k), expected)
+
+
+@pytest.mark.parametrize("helper", ["free", "busy"])
+@pytest.mark.parametrize("seed", range(8))
+def test_a_first_pass_shared_with_the_helper_thread_picks_the_same_rows(
+    seed: int, helper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SPLIT_ROWS the first pass is cut in two halves (a matrix straddling the cut is
+    split); with the helper free one half runs on its thread, with it busy (another search's
+    half) the caller runs both. Lowered here so that small scopes take that path."""
+    monkeypatch.setattr(bounded_scan, "SPLIT_ROWS", 4096)
+    rng = np.random.default_rng(100 + seed)
+    count = int(rng.integers(5_000, 30_000))
+    rows = _clustered(rng, count)
+    matrices = _split(rows, int(rng.integers(1, 6)), rng)
+    held = [ScanRows.of(m) for m in matrices]
+    tiebreak = rng.permutation(count).astype(np.int64)
+    probes = [rows[int(rng.integers(0, count))].copy(),
+              _normalised(rng.standard_normal((1, 384)))[0]]
+    threads: set[str] = set()
+    first_pass = bounded_scan._first_pass
+
+    def recording(*args: Any) -> None:
+        threads.add(threading.current_thread().name)
+        first_pass(*args)
+
+    monkeypatch.setattr(bounded_scan, "_first_pass", recording)
+    busy = bounded_scan._HELPER._free
+    if helper == "busy":
+        busy.acquire()
+    try:
+        for probe in probes:
+            for k in (1, 10, 110):
+                np.testing.assert_array_equal(nearest(held, probe, _parts(tiebreak, held), k),
+                                              _full(matrices, probe, tiebreak, k))
+    finally:
+        if helper == "busy":
+            busy.release()
+    assert not busy.locked()  # the helper is free again after every search
+    helped = any(name.startswith("bounded-scan") for name in threads)
+    assert helped == (helper == "free" and bounded_scan._HELPER.enabled)
+
+
+def test_the_halves_cover_every_row_once() -> None:
+    rng = np.random.default_rng(2)
+    held = [ScanRows.of(m) for m in _split(_clustered(rng, 9_000, dims=8), 4, rng)]
+    pieces = bounded_scan._pieces(held)
+    for cut in (0, 1, 2_999, 4_500, 8_999, 9_000):
+        low, high = bounded_scan._halves(pieces, cut)
+        covered = [(start, start + hi - lo) for _, lo, hi, start in low + high]
+        assert sum(end - start for start, end in covered) == 9_000
+        assert sorted(covered) == covered
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+        assert all(start + hi - lo <= cut for _, lo, hi, start in low)
+        assert all(start >= cut for _, _, _, start in high)
+        for codes, lo, hi, _ in low + high:
+            assert 0 <= lo < hi <= len(codes.codes)
+
+
+def test_no_tiebreak_is_the_positions_and_take_reads_the_parts() -> None:
+    rng = np.random.default_rng(4)
+    rows = _clustered(rng, 12_000)
+    held = [ScanRows.of(m) for m in _split(rows, 3, rng)]
+    positions = np.arange(len(rows), dtype=np.int64)
+    for probe in (rows[17], _normalised(rng.standard_normal((1, 384)))[0]):
+        np.testing.assert_array_equal(nearest(held, probe, None, 40),
+                                      nearest(held, probe, _parts(positions, held), 40))
+    ids = rng.permutation(len(rows)).astype(np.int64)
+    chosen = rng.integers(0, len(rows), 500)
+    np.testing.assert_array_equal(bounded_scan.take(_parts(ids, held), chosen), ids[chosen])
+    assert len(bounded_scan.take([], np.empty(0, dtype=np.intp))) == 0
 
 
 def test_every_row_lies_within_its_bound() -> None:
@@ -93,7 +174,7 @@ def test_the_first_pass_leaves_few_rows_to_score_exactly(monkeypatch: pytest.Mon
     monkeypatch.setattr(bounded_scan, "_exact", counting)
     probe = _normalised(rng.standard_normal((1, 384)))[0]
     tiebreak = np.arange(len(rows), dtype=np.int64)
-    np.testing.assert_array_equal(nearest(held, probe, tiebreak, 50),
+    np.testing.assert_array_equal(nearest(held, probe, _parts(tiebreak, held), 50),
                                   _full([rows], probe, tiebreak, 50))
     assert len(scored) == 1  # the bounded pass ran, and scored only its survivors exactly
     assert scored[0] < len(rows) * bounded_scan.MAX_SURVIVOR_SHARE
@@ -102,7 +183,7 @@ def test_the_first_pass_leaves_few_rows_to_score_exactly(monkeypatch: pytest.Mon
 def test_identical_rows_fall_back_to_the_full_scan_with_ties_by_tiebreak() -> None:
     rows = np.tile(_normalised(np.ones((1, 384))), (6000, 1))
     tiebreak = np.arange(6000, dtype=np.int64)[::-1].copy()
-    picked = nearest([ScanRows.of(rows)], rows[0], tiebreak, 10)
+    picked = nearest([ScanRows.of(rows)], rows[0], [tiebreak], 10)
     np.testing.assert_array_equal(picked, _full([rows], rows[0], tiebreak, 10))
     assert len(picked) == TIES_MAX  # every row is tied with the 10th
 
@@ -116,7 +197,7 @@ def test_rows_with_nan_or_infinity_are_treated_as_the_full_scan_treats_them() ->
     held = [ScanRows.of(rows)]
     for probe in (rows[3], rows[40], _normalised(rng.standard_normal((1, 384)))[0]):
         for k in (1, 10, 100):
-            np.testing.assert_array_equal(nearest(held, probe, tiebreak, k),
+            np.testing.assert_array_equal(nearest(held, probe, _parts(tiebreak, held), k),
                                           _full([rows], probe, tiebreak, k))
 
 
@@ -124,10 +205,10 @@ def test_small_or_empty_scopes_are_scanned_in_full() -> None:
     rng = np.random.default_rng(5)
     rows = _clustered(rng, 500)
     tiebreak = np.arange(500, dtype=np.int64)
-    np.testing.assert_array_equal(nearest([ScanRows.of(rows)], rows[3], tiebreak, 10),
+    np.testing.assert_array_equal(nearest([ScanRows.of(rows)], rows[3], [tiebreak], 10),
                                   _full([rows], rows[3], tiebreak, 10))
-    assert len(nearest([], rows[3], np.empty(0, dtype=np.int64), 10)) == 0
-    assert len(nearest([ScanRows.of(rows)], rows[3], tiebreak, 0)) == 0
+    assert len(nearest([], rows[3], [], 10)) == 0
+    assert len(nearest([ScanRows.of(rows)], rows[3], None, 0)) == 0
 
 
 KERNELS = ("turin", "sapphire", "genoa", "ice", "skylake", "haswell")
@@ -155,7 +236,7 @@ def test_every_int8_kernel_of_this_cpu_gives_the_exact_integer_products(disabled
                                       codes.astype(np.int64) @ probe.astype(np.int64))
         rows = _clustered(rng, 12_000)
         tiebreak = np.arange(len(rows), dtype=np.int64)
-        np.testing.assert_array_equal(nearest([ScanRows.of(rows)], rows[9], tiebreak, 20),
+        np.testing.assert_array_equal(nearest([ScanRows.of(rows)], rows[9], [tiebreak], 20),
                                       _full([rows], rows[9], tiebreak, 20))
     finally:
         for name in available:

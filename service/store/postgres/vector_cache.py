@@ -267,8 +267,7 @@ def _row_bytes(identity: EmbeddingIdentity) -> int:
 
 
 def _nearest(matrices: list[_Matrix], probe: NDArray[np.float32], k: int) -> NDArray[np.intp]:
-    order = np.arange(sum(len(m.scan) for m in matrices), dtype=np.int64)
-    return nearest([m.scan for m in matrices], probe, order, k)
+    return nearest([m.scan for m in matrices], probe, None, k)
 
 
 def _candidates(

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from service.embeddings.base import EmbeddingIdentity
 from service.store.base import VectorCacheStats
-from service.store.bounded_scan import ScanRows, nearest, row_bytes
+from service.store.bounded_scan import ScanRows, nearest, row_bytes, take
 from service.store.matrices import MatrixLru, normalised
 from service.store.sqlite.connection import unhooked
 
@@ -102,9 +102,10 @@ class VectorCache:
         probe = query / norm if norm > 0 else query
         if not matrices:
             return []
-        ids = np.concatenate([m.ids for m in matrices])
+        ids = [m.ids for m in matrices]
         positions = nearest([m.scan for m in matrices], probe, ids, k)
-        return [int(i) for i in ids[positions]]
+        found: list[int] = take(ids, positions).tolist()
+        return found
 
     def _scope(
         self,
