@@ -203,9 +203,12 @@ def _first_pass(
     probe_scale, probe_residual = scales
     for codes, lo, hi, start in pieces:
         end = start + hi - lo
-        simsimd.cdist(probe_codes, codes.codes[lo:hi], metric="dot", out_dtype="float32",
-                      out=coded[start:end].reshape(1, -1))
-        coded[start:end] *= codes.scale[lo:hi]
+        # Not `out=`: simsimd 6.5 returns None from cdist(out=...) without a reference of its
+        # own, so every call took one from None, and a long-running process died
+        # ("deallocating None") once they were used up. The products are scaled into `coded`.
+        products = np.asarray(simsimd.cdist(
+            probe_codes, codes.codes[lo:hi], metric="dot", out_dtype="float32"))
+        np.multiply(products[0], codes.scale[lo:hi], out=coded[start:end])
         coded[start:end] *= probe_scale
         np.multiply(codes.code_norm[lo:hi], probe_residual, out=bound[start:end])
         bound[start:end] += codes.residual[lo:hi]

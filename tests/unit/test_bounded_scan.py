@@ -4,6 +4,7 @@ float32 scan answers, position for position, on data built to make that hard."""
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from typing import Any
 
@@ -178,6 +179,22 @@ def test_the_first_pass_leaves_few_rows_to_score_exactly(monkeypatch: pytest.Mon
                                   _full([rows], probe, tiebreak, 50))
     assert len(scored) == 1  # the bounded pass ran, and scored only its survivors exactly
     assert scored[0] < len(rows) * bounded_scan.MAX_SURVIVOR_SHARE
+
+
+def test_searches_take_no_reference_from_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """simsimd 6.5's cdist(out=...) returns None without a reference of its own: a process
+    that searched long enough died at "deallocating None". A search, split with the helper or
+    not, leaves None's reference count where it was."""
+    monkeypatch.setattr(bounded_scan, "SPLIT_ROWS", 4096)
+    rng = np.random.default_rng(4)
+    rows = _clustered(rng, 12_000)
+    held = [ScanRows.of(part) for part in np.split(rows, [5_000, 9_000])]
+    probe = _normalised(rng.standard_normal((1, 384)))[0]
+    nearest(held, probe, None, 10)  # warm: lazily created objects
+    before = sys.getrefcount(None)
+    for _ in range(400):
+        nearest(held, probe, None, 10)
+    assert sys.getrefcount(None) - before > -20  # 400 searches x 3 pieces would be -1,200
 
 
 def test_identical_rows_fall_back_to_the_full_scan_with_ties_by_tiebreak() -> None:
