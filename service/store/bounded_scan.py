@@ -25,19 +25,20 @@ many survivors (rows nearly all alike), is scanned in full.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import simsimd
 from numpy.typing import NDArray
 
 from service.store.matrices import cosine_distances, nearest_positions
+
+_T = TypeVar("_T")
 
 SLACK = 1e-4
 ROUND_UP = 1.0 + 1e-4  # the per-row norms' margin for their float32 arithmetic
@@ -49,8 +50,10 @@ MAX_SURVIVOR_SHARE = 0.125
 # tau comes from every SAMPLE_STEP-th row first (its k-th largest `low` is at most the
 # scope's), then exactly from the rows at or above that: no partition of the whole scope.
 SAMPLE_STEP = 16
-# From this many rows the first pass is shared with a helper thread (_Helper).
+# From this many rows the first pass is shared with a helper thread (_Helper), in pieces
+# of PIECE_ROWS rows that either thread takes (~1 ms each).
 SPLIT_ROWS = 65_536
+PIECE_ROWS = 32_768
 
 
 @dataclass(frozen=True)
@@ -134,14 +137,14 @@ def nearest(
     pieces = _pieces(matrices)
     scales = (probe_scale[0], np.float32(probe_residual))
 
-    def first_pass(part: list[_Piece]) -> None:
-        _first_pass(part, probe_codes, scales, coded, bound)
+    def first_pass(part: _Piece) -> None:
+        _first_pass((part,), probe_codes, scales, coded, bound)
 
     if total >= SPLIT_ROWS:
-        low, high = _halves(pieces, total // 2)
-        _HELPER.beside(functools.partial(first_pass, high), functools.partial(first_pass, low))
+        _HELPER.share(_cut(pieces, PIECE_ROWS), first_pass)
     else:
-        first_pass(pieces)
+        for piece in pieces:
+            first_pass(piece)
     tau = _kth_largest(coded - bound, k)
     coded += bound  # each row's upper bound
     survivors = np.flatnonzero(coded >= tau)
@@ -174,21 +177,13 @@ def _pieces(matrices: Sequence[ScanRows]) -> list[_Piece]:
     return pieces
 
 
-def _halves(pieces: list[_Piece], cut: int) -> tuple[list[_Piece], list[_Piece]]:
-    """The pieces before and after row `cut` of the concatenation (one matrix split there
-    when it straddles it)."""
-    low: list[_Piece] = []
-    high: list[_Piece] = []
+def _cut(pieces: list[_Piece], size: int) -> list[_Piece]:
+    """`pieces` cut into runs of at most `size` rows (a longer matrix becomes several)."""
+    cut: list[_Piece] = []
     for codes, lo, hi, start in pieces:
-        end = start + hi - lo
-        if end <= cut:
-            low.append((codes, lo, hi, start))
-        elif start >= cut:
-            high.append((codes, lo, hi, start))
-        else:
-            low.append((codes, lo, lo + cut - start, start))
-            high.append((codes, lo + cut - start, hi, cut))
-    return low, high
+        for at in range(lo, hi, size):
+            cut.append((codes, at, min(at + size, hi), start + at - lo))
+    return cut
 
 
 def _first_pass(
@@ -216,10 +211,14 @@ def _first_pass(
 
 
 class _Helper:
-    """One thread that takes half of a large first pass while the searching thread does the
-    other half (simsimd's kernels and numpy's release the GIL; one thread reads the codes at
-    well under the machine's memory bandwidth). A search never waits for another's half:
-    when the helper is busy, or the machine has one core, the caller does both."""
+    """One thread that takes pieces of a large first pass while the searching thread takes
+    the others (simsimd's kernels and numpy's release the GIL; one thread reads the codes at
+    well under the machine's memory bandwidth). Each thread takes the next piece not yet
+    taken, so a search never waits for the helper to start: a helper that wakes late (its
+    core was idle, or busy with another process) takes fewer pieces, or none, and the search
+    waits only for a piece the helper is still working on. A search never waits for another
+    search either: when the helper is busy, or the machine has one core, the caller does
+    every piece."""
 
     def __init__(self) -> None:
         self._free = threading.Lock()
@@ -227,23 +226,77 @@ class _Helper:
         self.enabled = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") \
             else (os.cpu_count() or 1) > 1
 
-    def beside(self, side: Callable[[], None], main: Callable[[], None]) -> None:
-        """`side()` on the helper thread while `main()` runs here, when the helper is free;
-        else both here. Returns when both are done (they write into shared buffers)."""
-        if not self.enabled or not self._free.acquire(blocking=False):
-            main()
-            side()
-            return
-        try:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="bounded-scan")
-            future = self._pool.submit(side)
+    def share(self, items: Sequence[_T], work: Callable[[_T], None]) -> None:
+        """`work(item)` once for every item, here and on the helper thread when it is free.
+        Returns when every item is done (they write into shared buffers); an error raised by
+        `work` on either thread is raised here."""
+        queue = _Queue(len(items))
+        if self.enabled and self._free.acquire(blocking=False):
             try:
-                main()
-            finally:
-                future.result()
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="bounded-scan")
+                self._pool.submit(self._help, queue, items, work)
+            except BaseException:
+                self._free.release()
+                raise
+        try:
+            while (index := queue.take(helper=False)) is not None:
+                work(items[index])
+        except BaseException:
+            queue.stop()
+            raise
+        finally:
+            queue.wait()
+        if queue.error is not None:
+            raise queue.error
+
+    def _help(self, queue: _Queue, items: Sequence[_T], work: Callable[[_T], None]) -> None:
+        try:
+            while (index := queue.take(helper=True)) is not None:
+                try:
+                    work(items[index])
+                except BaseException as error:
+                    queue.stop(error)
+                finally:
+                    queue.returned()
         finally:
             self._free.release()
+
+
+class _Queue:
+    """The next item of a shared first pass, and the items the helper is working on."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._next = 0
+        self._out = 0  # items taken by the helper and not yet done
+        self._done = threading.Condition(threading.Lock())
+        self.error: BaseException | None = None
+
+    def take(self, helper: bool) -> int | None:
+        with self._done:
+            if self._next >= self._count:
+                return None
+            self._next += 1
+            self._out += helper
+            return self._next - 1
+
+    def returned(self) -> None:
+        with self._done:
+            self._out -= 1
+            if not self._out:
+                self._done.notify_all()
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """No item is taken any more (an item failed)."""
+        with self._done:
+            self._next = self._count
+            if error is not None and self.error is None:
+                self.error = error
+
+    def wait(self) -> None:
+        with self._done:
+            self._done.wait_for(lambda: not self._out)
 
 
 _HELPER = _Helper()

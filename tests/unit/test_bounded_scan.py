@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -80,10 +81,12 @@ def test_the_bounded_pass_picks_exactly_what_the_full_scan_picks(seed: int) -> N
 def test_a_first_pass_shared_with_the_helper_thread_picks_the_same_rows(
     seed: int, helper: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past SPLIT_ROWS the first pass is cut in two halves (a matrix straddling the cut is
-    split); with the helper free one half runs on its thread, with it busy (another search's
-    half) the caller runs both. Lowered here so that small scopes take that path."""
+    """Past SPLIT_ROWS the first pass is cut in pieces of PIECE_ROWS (a matrix longer than
+    that in several) that the caller and, when it is free, the helper thread take in turn;
+    with the helper busy (another search's pieces) the caller takes them all. Lowered here
+    so that small scopes take that path."""
     monkeypatch.setattr(bounded_scan, "SPLIT_ROWS", 4096)
+    monkeypatch.setattr(bounded_scan, "PIECE_ROWS", 1024)
     rng = np.random.default_rng(100 + seed)
     count = int(rng.integers(5_000, 30_000))
     rows = _clustered(rng, count)
@@ -111,25 +114,96 @@ def test_a_first_pass_shared_with_the_helper_thread_picks_the_same_rows(
     finally:
         if helper == "busy":
             busy.release()
-    assert not busy.locked()  # the helper is free again after every search
-    helped = any(name.startswith("bounded-scan") for name in threads)
-    assert helped == (helper == "free" and bounded_scan._HELPER.enabled)
+    _until_free(bounded_scan._HELPER)  # a helper that woke late may still be looking
+    if helper == "busy":
+        assert not any(name.startswith("bounded-scan") for name in threads)
 
 
-def test_the_halves_cover_every_row_once() -> None:
+def _until_free(helper: Any) -> None:
+    for _ in range(500):
+        if not helper._free.locked():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the helper thread kept its turn")
+
+
+def test_the_pieces_cover_every_row_once() -> None:
     rng = np.random.default_rng(2)
     held = [ScanRows.of(m) for m in _split(_clustered(rng, 9_000, dims=8), 4, rng)]
     pieces = bounded_scan._pieces(held)
-    for cut in (0, 1, 2_999, 4_500, 8_999, 9_000):
-        low, high = bounded_scan._halves(pieces, cut)
-        covered = [(start, start + hi - lo) for _, lo, hi, start in low + high]
+    for size in (1, 7, 1_000, 2_999, 9_000, 20_000):
+        cut = bounded_scan._cut(pieces, size)
+        covered = [(start, start + hi - lo) for _, lo, hi, start in cut]
         assert sum(end - start for start, end in covered) == 9_000
-        assert sorted(covered) == covered
+        assert covered[0][0] == 0
         assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
-        assert all(start + hi - lo <= cut for _, lo, hi, start in low)
-        assert all(start >= cut for _, _, _, start in high)
-        for codes, lo, hi, _ in low + high:
+        assert all(0 < end - start <= size for start, end in covered)
+        for codes, lo, hi, start in cut:
             assert 0 <= lo < hi <= len(codes.codes)
+            # each piece's rows land where the concatenation has them
+            matrix = next(i for i, m in enumerate(held) if m.codes is codes)
+            assert start - lo == sum(len(m) for m in held[:matrix])
+
+
+def _helper() -> Any:
+    helper = bounded_scan._Helper()
+    helper.enabled = True  # even on one CPU: the turns are what is tested
+    return helper
+
+
+def test_share_does_every_item_once_on_both_threads() -> None:
+    helper = _helper()
+    started = {True: threading.Event(), False: threading.Event()}  # by "on the helper"
+    done: list[tuple[int, str]] = []
+
+    def work(item: int) -> None:
+        name = threading.current_thread().name
+        mine = name.startswith("bounded-scan")
+        # Each thread's first item waits until the other thread holds one.
+        if not started[mine].is_set():
+            started[mine].set()
+            assert started[not mine].wait(10)
+        done.append((item, name))
+
+    helper.share(list(range(40)), work)
+    assert sorted(item for item, _ in done) == list(range(40))
+    assert {name.startswith("bounded-scan") for _, name in done} == {True, False}
+    _until_free(helper)
+
+
+def test_share_never_waits_for_a_helper_that_has_not_started() -> None:
+    """The helper's thread is held up (its core busy elsewhere): the caller takes every
+    item and returns; the helper, when it starts, finds nothing left and frees its turn."""
+    helper = _helper()
+    held_up = threading.Event()
+    helper._pool = ThreadPoolExecutor(1, thread_name_prefix="bounded-scan")
+    helper._pool.submit(held_up.wait)
+    done: list[tuple[int, str]] = []
+    try:
+        helper.share(list(range(12)), lambda i: done.append((i, threading.current_thread().name)))
+        assert [item for item, _ in done] == list(range(12))
+        assert {name for _, name in done} == {threading.current_thread().name}
+        assert helper._free.locked()  # its turn is queued behind the hold-up
+    finally:
+        held_up.set()
+    _until_free(helper)
+    assert len(done) == 12
+    helper._pool.shutdown()
+
+
+def test_an_error_on_the_helper_thread_is_raised_to_the_caller() -> None:
+    helper = _helper()
+    failed = threading.Event()
+
+    def work(item: int) -> None:
+        if threading.current_thread().name.startswith("bounded-scan"):
+            failed.set()
+            raise ValueError("a piece failed")
+        assert failed.wait(10)
+
+    with pytest.raises(ValueError, match="a piece failed"):
+        helper.share(list(range(8)), work)
+    _until_free(helper)
 
 
 def test_no_tiebreak_is_the_positions_and_take_reads_the_parts() -> None:
