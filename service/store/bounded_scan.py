@@ -236,6 +236,10 @@ class _Helper:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(1, thread_name_prefix="bounded-scan")
                 self._pool.submit(self._help, queue, items, work)
+            except RuntimeError:
+                # The interpreter is shutting down (no new threads, no new work for the
+                # pool): this search does every piece itself.
+                self._free.release()
             except BaseException:
                 self._free.release()
                 raise

@@ -191,6 +191,17 @@ def test_share_never_waits_for_a_helper_that_has_not_started() -> None:
     helper._pool.shutdown()
 
 
+def test_a_helper_that_cannot_take_work_leaves_every_item_to_the_caller() -> None:
+    """At interpreter shutdown the pool refuses new work: the search does every piece."""
+    helper = _helper()
+    helper._pool = ThreadPoolExecutor(1, thread_name_prefix="bounded-scan")
+    helper._pool.shutdown()
+    done: list[int] = []
+    helper.share(list(range(5)), done.append)
+    assert done == list(range(5))
+    assert not helper._free.locked()
+
+
 def test_an_error_on_the_helper_thread_is_raised_to_the_caller() -> None:
     helper = _helper()
     failed = threading.Event()
