@@ -119,6 +119,43 @@ def test_a_first_pass_shared_with_the_helper_thread_picks_the_same_rows(
         assert not any(name.startswith("bounded-scan") for name in threads)
 
 
+def test_concurrent_searches_share_one_helper_and_each_get_the_full_scans_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Searches on several threads at once (the stores run each on a worker thread): one at
+    a time gets the helper, the others take all their pieces; none waits for another, and
+    every answer is the full scan's."""
+    monkeypatch.setattr(bounded_scan, "SPLIT_ROWS", 4096)
+    monkeypatch.setattr(bounded_scan, "PIECE_ROWS", 1024)
+    rng = np.random.default_rng(11)
+    count = 20_000
+    rows = _clustered(rng, count)
+    matrices = _split(rows, 4, rng)
+    held = [ScanRows.of(m) for m in matrices]
+    tiebreak = rng.permutation(count).astype(np.int64)
+    probes = [rows[int(i)].copy() for i in rng.integers(0, count, 6)]
+    expected = [_full(matrices, probe, tiebreak, 10) for probe in probes]
+    failures: list[BaseException] = []
+
+    def searcher(offset: int) -> None:
+        try:
+            for turn in range(30):
+                at = (offset + turn) % len(probes)
+                got = nearest(held, probes[at], _parts(tiebreak, held), 10)
+                np.testing.assert_array_equal(got, expected[at])
+        except BaseException as error:  # reported by the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=searcher, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert not failures, failures[0]
+    _until_free(bounded_scan._HELPER)
+
+
 def _until_free(helper: Any) -> None:
     for _ in range(500):
         if not helper._free.locked():
