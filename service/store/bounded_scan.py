@@ -212,8 +212,10 @@ def _first_pass(
 
 class _Helper:
     """One thread that takes pieces of a large first pass while the searching thread takes
-    the others (simsimd's kernels and numpy's release the GIL; one thread reads the codes at
-    well under the machine's memory bandwidth). Each thread takes the next piece not yet
+    the others (simsimd's kernels and numpy's release the GIL). Two threads read codes that
+    are still in the CPU's cache ~1.7x faster than one; codes read from memory, as between
+    sporadic searches, barely faster on a 2-core VM (benchmarks/RESULTS.md, "Bounded scan:
+    warm and cold caches"). Each thread takes the next piece not yet
     taken, so a search never waits for the helper to start: a helper that wakes late (its
     core was idle, or busy with another process) takes fewer pieces, or none, and the search
     waits only for a piece the helper is still working on. A search never waits for another
