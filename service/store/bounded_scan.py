@@ -137,8 +137,8 @@ def nearest(
     pieces = _pieces(matrices)
     scales = (probe_scale[0], np.float32(probe_residual))
 
-    def first_pass(part: _Piece) -> None:
-        _first_pass((part,), probe_codes, scales, coded, bound)
+    def first_pass(piece: _Piece) -> None:
+        _first_pass(piece, probe_codes, scales, coded, bound)
 
     if total >= SPLIT_ROWS:
         _HELPER.share(_cut(pieces, PIECE_ROWS), first_pass)
@@ -187,27 +187,27 @@ def _cut(pieces: list[_Piece], size: int) -> list[_Piece]:
 
 
 def _first_pass(
-    pieces: Sequence[_Piece],
+    piece: _Piece,
     probe_codes: NDArray[np.int8],
     scales: tuple[np.float32, np.float32],
     coded: NDArray[np.float32],
     bound: NDArray[np.float32],
 ) -> None:
     """Each row's coded product with the probe (`coded`) and its error bound (`bound`) for
-    the rows of `pieces`; `scales`: the probe's code scale and residual."""
+    the rows of `piece`; `scales`: the probe's code scale and residual."""
     probe_scale, probe_residual = scales
-    for codes, lo, hi, start in pieces:
-        end = start + hi - lo
-        # Not `out=`: simsimd 6.5 returns None from cdist(out=...) without a reference of its
-        # own, so every call took one from None, and a long-running process died
-        # ("deallocating None") once they were used up. The products are scaled into `coded`.
-        products = np.asarray(simsimd.cdist(
-            probe_codes, codes.codes[lo:hi], metric="dot", out_dtype="float32"))
-        np.multiply(products[0], codes.scale[lo:hi], out=coded[start:end])
-        coded[start:end] *= probe_scale
-        np.multiply(codes.code_norm[lo:hi], probe_residual, out=bound[start:end])
-        bound[start:end] += codes.residual[lo:hi]
-        bound[start:end] += np.float32(SLACK)
+    codes, lo, hi, start = piece
+    end = start + hi - lo
+    # Not `out=`: simsimd 6.5 returns None from cdist(out=...) without a reference of its
+    # own, so every call took one from None, and a long-running process died
+    # ("deallocating None") once they were used up. The products are scaled into `coded`.
+    products = np.asarray(simsimd.cdist(
+        probe_codes, codes.codes[lo:hi], metric="dot", out_dtype="float32"))
+    np.multiply(products[0], codes.scale[lo:hi], out=coded[start:end])
+    coded[start:end] *= probe_scale
+    np.multiply(codes.code_norm[lo:hi], probe_residual, out=bound[start:end])
+    bound[start:end] += codes.residual[lo:hi]
+    bound[start:end] += np.float32(SLACK)
 
 
 class _Helper:
@@ -215,12 +215,11 @@ class _Helper:
     the others (simsimd's kernels and numpy's release the GIL). Two threads read codes that
     are still in the CPU's cache ~1.7x faster than one; codes read from memory, as between
     sporadic searches, barely faster on a 2-core VM (benchmarks/RESULTS.md, "Bounded scan:
-    warm and cold caches"). Each thread takes the next piece not yet
-    taken, so a search never waits for the helper to start: a helper that wakes late (its
-    core was idle, or busy with another process) takes fewer pieces, or none, and the search
-    waits only for a piece the helper is still working on. A search never waits for another
-    search either: when the helper is busy, or the machine has one core, the caller does
-    every piece."""
+    warm and cold caches"). Each thread takes the next piece not yet taken, so a search
+    never waits for the helper to start: a helper that wakes late (its core was idle, or
+    busy with another process) takes fewer pieces, or none, and the search waits only for a
+    piece the helper is still working on. A search never waits for another search either:
+    when the helper is busy, or the machine has one core, the caller does every piece."""
 
     def __init__(self) -> None:
         self._free = threading.Lock()
