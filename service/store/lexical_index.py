@@ -126,6 +126,7 @@ class ProjectPostings:
 
 
 _NO_TFS = np.empty(0, dtype=np.float64)
+_NO_DOCS = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -221,36 +222,38 @@ def rank(
     avgdl = scope_avgdl(n_docs, sum_dl)
     offsets = np.cumsum([0] + [len(p.kinds) for p in scope], dtype=np.int64)
     bases = offsets.tolist()
-    size = bases[-1]
-    scores = np.zeros(size, dtype=np.float64)
-    hits = np.zeros(size, dtype=np.int64)
-    errors = np.zeros(size, dtype=np.float64) if sqlite else None
-    lengths = np.concatenate([p.lengths for p in scope]) if scope else _NO_TFS
+    # Work over the documents holding a term (sorted scope positions), not the whole scope:
+    # the cost follows the postings read.
+    postings = [_postings(scope, bases, of_term) for of_term in spans]
+    if mask is not None:
+        postings = [(at[keep], tf[keep], dl[keep]) for at, tf, dl in postings
+                    for keep in (mask[at],)]
+    held = _distinct([at for at, _, _ in postings])
+    scores = np.zeros(len(held), dtype=np.float64)
+    hits = np.zeros(len(held), dtype=np.int64)
+    errors = np.zeros(len(held), dtype=np.float64) if sqlite else None
     dfs, idfs = [], []
-    for of_term in spans:
-        at, tf = _postings(scope, bases, of_term)
-        if mask is not None:
-            keep = mask[at]
-            at, tf = at[keep], tf[keep]
+    for at, tf, dl in postings:
         df = float(len(at))
         idf = math.log(1.0 + (((n - df) + 0.5) / (df + 0.5)))
         dfs.append(df)
         idfs.append(idf)
         if not len(at):
             continue
-        dl = lengths[at]
+        where = np.searchsorted(held, at)  # each document once per term
         if errors is None:
             part = ((idf * tf) * (k1 + 1.0)) / (tf + k1 * ((1.0 - b) + ((b * dl) / avgdl)))
-            scores[at] += part
+            scores[where] += part
         else:
             part = sqlite_parts(n_docs, int(df), k1, b, avgdl, tf, dl)
-            _compensated_add(scores, errors, at, part)
-        hits[at] += 1
+            _compensated_add(scores, errors, where, part)
+        hits[where] += 1
     if errors is not None:
         scores += errors
-    listed = np.flatnonzero(hits > 0) if any_term else np.flatnonzero(hits >= strict_at)
-    tiers = (hits[listed] >= strict_at).astype(np.int64)
-    listed_scores = scores[listed]
+    chosen_held = slice(None) if any_term else np.flatnonzero(hits >= strict_at)
+    listed = held[chosen_held]
+    tiers = (hits[chosen_held] >= strict_at).astype(np.int64)
+    listed_scores = scores[chosen_held]
     total = len(listed)
     top = float(listed_scores.max()) if total else None
     relaxed = bool(total and tiers.min() == 0)
@@ -345,13 +348,15 @@ def _places(
 
 def _postings(
     scope: list[ProjectPostings], offsets: list[int], spans: Sequence[Span]
-) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
     """The scope documents (positions in the scope; `offsets`: where each project's
     documents start, then the scope's size) holding a term (its `spans`, by project), each
-    once, and its tf in each: the exact lexeme's, 1 for a document holding only longer
-    lexemes of a prefix (the SQL's `COALESCE(max(tf) FILTER (WHERE lexeme = term), 1)`)."""
+    once, with its tf in each and their lengths: the exact lexeme's tf, 1 for a document
+    holding only longer lexemes of a prefix (the SQL's `COALESCE(max(tf) FILTER (WHERE
+    lexeme = term), 1)`)."""
     docs: list[NDArray[np.int32]] = []
     tfs: list[NDArray[np.uint16]] = []
+    lengths: list[NDArray[np.float64]] = []
     bases: list[int] = []
     sizes: list[int] = []
     longer: list[tuple[int, int]] = []  # ranges of postings of longer lexemes (tf 1)
@@ -361,8 +366,10 @@ def _postings(
         if first == last:
             continue
         # The exact lexeme's postings come first in the range.
-        docs.append(postings.docs[first:last])
+        held = postings.docs[first:last]
+        docs.append(held)
         tfs.append(postings.tfs[first:last])
+        lengths.append(postings.lengths[held])
         bases.append(base)
         sizes.append(last - first)
         if cut < last:
@@ -370,24 +377,37 @@ def _postings(
             spread = spread or several
         count += last - first
     if not docs:
-        return np.empty(0, dtype=np.int64), _NO_TFS
+        return _NO_DOCS, _NO_TFS, _NO_TFS
     at = np.concatenate(docs).astype(np.int64)
     at += np.repeat(np.asarray(bases, dtype=np.int64), sizes)
     tf = np.concatenate(tfs).astype(np.float64)
+    dl = np.concatenate(lengths)
     for start, end in longer:
         tf[start:end] = 1.0
     if not spread:
-        return at, tf
-    # A document once: 1 wherever it holds a lexeme of the range, then its exact lexeme's tf
-    # (each document once among those postings).
-    own = np.ones(count, dtype=bool)
+        return at, tf, dl
+    # A document once: its exact lexeme's posting when it has one (each document once among
+    # those), else one of a longer lexeme's (tf 1).
+    longer_lexeme = np.zeros(count, dtype=bool)
     for start, end in longer:
-        own[start:end] = False
-    dense = np.zeros(offsets[-1], dtype=np.float64)
-    dense[at] = 1.0
-    dense[at[own]] = tf[own]
-    held = np.flatnonzero(dense)
-    return held, dense[held]
+        longer_lexeme[start:end] = True
+    order = np.lexsort((longer_lexeme, at))
+    ordered = at[order]
+    first_of = np.ones(len(ordered), dtype=bool)
+    first_of[1:] = ordered[1:] != ordered[:-1]
+    pick = order[first_of]
+    return at[pick], tf[pick], dl[pick]
+
+
+def _distinct(parts: list[NDArray[np.int64]]) -> NDArray[np.int64]:
+    """The values of `parts`, each once, ascending (a sort: numpy's unique hashes, ~5x
+    slower on a few thousand positions)."""
+    if not parts:
+        return _NO_DOCS
+    values = np.sort(np.concatenate(parts))
+    if len(values) > 1:
+        values = values[np.concatenate(([True], values[1:] != values[:-1]))]
+    return values
 
 
 def _first(scores: NDArray[np.float64], tiers: NDArray[np.int64], wanted: int) -> NDArray[np.intp]:
