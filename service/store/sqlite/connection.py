@@ -26,8 +26,11 @@ _SETUP = (
     "PRAGMA synchronous = NORMAL",
     "PRAGMA temp_store = MEMORY",
     "PRAGMA cache_size = -32000",
-    # Reads of a large index file come from the OS page cache without a copy per page.
-    "PRAGMA mmap_size = 1073741824",
+    # Reads come from the OS page cache without a system call and a copy per page. The whole
+    # file is mapped (up to 256 GiB of address space, not memory): with only its first GiB
+    # mapped, a 1M-chunk file (7.6 GB) read its chunk and vector rows by pread, ~7 us a
+    # lookup, and a VECTOR statement's 55 row lookups took 0.8 ms instead of 0.45.
+    "PRAGMA mmap_size = 274877906944",
 )
 _READER_SETUP = ("PRAGMA query_only = ON",)
 _UNAVAILABLE = (
