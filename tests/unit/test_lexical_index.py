@@ -33,15 +33,27 @@ def _project(rng: random.Random, docs: int, words: list[str]) -> ProjectPostings
     )
 
 
+def _draw(
+    rng: random.Random, words: list[str], most: int
+) -> tuple[list[ProjectPostings], list[Term]] | None:
+    """1-3 projects of up to `most` documents and up to 3 terms (None when two terms share
+    a lexeme)."""
+    scope = [_project(rng, rng.randrange(1, most), words) for _ in range(rng.randrange(1, 4))]
+    terms = sorted({Term(rng.choice(words), rng.random() < 0.5) for _ in range(3)},
+                   key=lambda t: t.lexeme.encode())
+    if len({t.lexeme for t in terms}) < len(terms):
+        return None
+    return scope, terms
+
+
 def test_places_of_other_documents_are_their_places_in_the_whole_list() -> None:
     rng = random.Random(7)
     words = ["ab", "abc", "abd", "b", "bc", "c"]
     for _ in range(60):
-        scope = [_project(rng, rng.randrange(1, 30), words) for _ in range(rng.randrange(1, 4))]
-        terms = sorted({Term(rng.choice(words), rng.random() < 0.5) for _ in range(3)},
-                       key=lambda t: t.lexeme.encode())
-        if len({t.lexeme for t in terms}) < len(terms):
+        drawn = _draw(rng, words, 30)
+        if drawn is None:
             continue
+        scope, terms = drawn
         strict_at = rng.choice([1, len(terms)])
         whole = rank(scope, terms, 1.2, 0.75, strict_at, True, 10_000)
         everyone = list(zip(whole.positions.tolist(), whole.documents.tolist(), strict=True))
@@ -128,11 +140,10 @@ def test_the_ranking_is_every_documents_bm25_computed_one_by_one() -> None:
     rng = random.Random(18)
     words = ["ab", "abc", "abd", "abde", "b", "bc", "c", "cd"]
     for case in range(150):
-        scope = [_project(rng, rng.randrange(1, 40), words) for _ in range(rng.randrange(1, 4))]
-        terms = sorted({Term(rng.choice(words), rng.random() < 0.5) for _ in range(3)},
-                       key=lambda t: t.lexeme.encode())
-        if len({t.lexeme for t in terms}) < len(terms):
+        drawn = _draw(rng, words, 40)
+        if drawn is None:
             continue
+        scope, terms = drawn
         eligible = None
         if case % 3 == 0:
             eligible = [np.asarray([rng.random() < 0.7 for _ in p.kinds]) for p in scope]
