@@ -226,8 +226,11 @@ def rank(
     # the cost follows the postings read.
     postings = [_postings(scope, bases, of_term) for of_term in spans]
     if mask is not None:
-        postings = [(at[keep], tf[keep], dl[keep]) for at, tf, dl in postings
-                    for keep in (mask[at],)]
+        eligible_postings = []
+        for at, tf, dl in postings:
+            keep = mask[at]
+            eligible_postings.append((at[keep], tf[keep], dl[keep]))
+        postings = eligible_postings
     held = _distinct([at for at, _, _ in postings])
     scores = np.zeros(len(held), dtype=np.float64)
     hits = np.zeros(len(held), dtype=np.int64)
@@ -366,10 +369,10 @@ def _postings(
         if first == last:
             continue
         # The exact lexeme's postings come first in the range.
-        held = postings.docs[first:last]
-        docs.append(held)
+        of_project = postings.docs[first:last]
+        docs.append(of_project)
         tfs.append(postings.tfs[first:last])
-        lengths.append(postings.lengths[held])
+        lengths.append(postings.lengths[of_project])
         bases.append(base)
         sizes.append(last - first)
         if cut < last:
@@ -392,10 +395,7 @@ def _postings(
     for start, end in longer:
         longer_lexeme[start:end] = True
     order = np.lexsort((longer_lexeme, at))
-    ordered = at[order]
-    first_of = np.ones(len(ordered), dtype=bool)
-    first_of[1:] = ordered[1:] != ordered[:-1]
-    pick = order[first_of]
+    pick = order[_run_starts(at[order])]
     return at[pick], tf[pick], dl[pick]
 
 
@@ -405,9 +405,14 @@ def _distinct(parts: list[NDArray[np.int64]]) -> NDArray[np.int64]:
     if not parts:
         return _NO_DOCS
     values = np.sort(np.concatenate(parts))
-    if len(values) > 1:
-        values = values[np.concatenate(([True], values[1:] != values[:-1]))]
-    return values
+    return values[_run_starts(values)]
+
+
+def _run_starts(ordered: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Where each run of equal values of the sorted `ordered` starts."""
+    starts = np.ones(len(ordered), dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    return starts
 
 
 def _first(scores: NDArray[np.float64], tiers: NDArray[np.int64], wanted: int) -> NDArray[np.intp]:
