@@ -1,5 +1,5 @@
 """What both stores' vector caches share: per-project matrices held least recently used
-within a byte budget, row normalisation, and the k nearest rows with ties kept."""
+within a byte budget, row normalisation, and the k nearest rows, ties by identity."""
 
 from __future__ import annotations
 
@@ -13,26 +13,31 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-TIES_MAX = 4096  # candidates at most, ties with the k-th included (vec0's limit on k)
 log = logging.getLogger(__name__)
 
 
 def nearest_positions(
     distances: NDArray[np.float32], tiebreak: NDArray[np.int64], k: int
 ) -> NDArray[np.intp]:
-    """Positions of the k smallest distances and of every one tied with the k-th (the page
-    breaks ties by document identity, which only the statement knows), nearest first, equal
-    distances by `tiebreak`; at most TIES_MAX in all."""
+    """Positions of the k smallest distances, nearest first, equal distances by `tiebreak`.
+
+    Both caches order a scope's rows by document identity (project, kind, row id, chunk), the
+    order the statement breaks equal similarities by, and pass that order as `tiebreak`: the
+    first k rows are then the ones the statement would pick from the whole scope, and a
+    larger k only appends rows (a later page's candidates begin with an earlier page's)."""
     if k <= 0 or not len(distances):
         return np.empty(0, dtype=np.intp)
+    keep = np.arange(len(distances))
     if len(distances) > k:
         kth = distances[np.argpartition(distances, k - 1)[k - 1]]
-        keep = np.flatnonzero(distances <= kth)
-        if len(keep) > TIES_MAX:
-            keep = keep[np.argpartition(distances[keep], TIES_MAX - 1)[:TIES_MAX]]
-    else:
-        keep = np.arange(len(distances))
-    return keep[np.lexsort((tiebreak[keep], distances[keep]))]
+        if not np.isnan(kth):  # NaN rows (never written by the store) sort last
+            nearer = np.flatnonzero(distances < kth)
+            tied = np.flatnonzero(distances == kth)
+            wanted = k - len(nearer)
+            if len(tied) > wanted:
+                tied = tied[np.argpartition(tiebreak[tied], wanted - 1)[:wanted]]
+            keep = np.concatenate([nearer, tied])
+    return keep[np.lexsort((tiebreak[keep], distances[keep]))][:k]
 
 
 # A plain single-threaded product (einsum), not BLAS: OpenBLAS' sgemv takes a second thread

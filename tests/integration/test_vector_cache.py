@@ -228,6 +228,42 @@ async def test_deleting_the_nearest_documents_leaves_no_hole(
     assert _key(page) == _key(await plain.store.search(exact))
 
 
+async def test_equal_vectors_fill_every_page_in_identity_order(
+    two_stores: tuple[Corpus, Corpus],
+) -> None:
+    """Documents with equal texts have equal vectors. The cache gives a page exactly k
+    candidates, cutting equal distances in the order the statement breaks ties by (project,
+    kind, row id, chunk; row ids compare as strings, "10" before "9"), although the chunks
+    were written in another order: every page of every size is the exact scan's."""
+    cached, plain = two_stores
+    rng = random.Random(38)
+    projects = [p.project_id for p in await cached.projects(2)]
+    text = "comet orbit dust"
+    for project in projects:
+        plain.owners[project] = cached.tenant
+        docs = [
+            Doc(kind, str(n), rng.choice((text, f"{text}\n\n{text}", "quasar pulsar", text)))
+            for kind in ("note", "issue")
+            for n in range(45)
+        ]
+        rng.shuffle(docs)
+        for start in range(0, len(docs), 30):
+            await rng.choice((cached, plain)).write(project, docs[start : start + 30])
+    for scope in (projects, projects[:1]):
+        exact = await plain.plan(scope, Mode.VECTOR, text, limit=70, exact_scan_limit=10**9)
+        want = _key(await plain.store.search(exact))
+        for size in (1, 6, 25):
+            got: list[tuple[int, str, str, float, float]] = []
+            for offset in range(0, 70, size):
+                knn = await cached.plan(
+                    scope, Mode.VECTOR, text, limit=size, offset=offset, exact_scan_limit=0
+                )
+                page = await cached.store.search(knn)
+                assert not page.ranking_is_exact
+                got += _key(page)
+            assert got[:70] == want, (scope, size)
+
+
 async def _comet_projects(corpus: Corpus, reference: Corpus, counts: list[int]) -> list[int]:
     """One project per count, each of that many one-chunk "comet" notes, known to both."""
     projects = [p.project_id for p in await corpus.projects(len(counts))]

@@ -36,6 +36,24 @@ def test_nearest_rows_of_the_distances_are_the_exact_nearest() -> None:
     assert set(picked) == set(exact)
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_the_nearest_are_the_first_k_by_distance_then_tiebreak(seed: int) -> None:
+    """Exactly k rows, the first k of the whole (distance, tiebreak) order, so that a larger
+    k only appends: many exact ties (the synthetic corpus has equal texts), NaN rows last."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(1, 400))
+    distances = rng.choice(rng.random(int(rng.integers(1, 20))), count).astype(np.float32)
+    distances[rng.random(count) < 0.05] = np.nan
+    tiebreak = rng.permutation(count).astype(np.int64)
+    whole = np.lexsort((tiebreak, distances))
+    previous: list[int] = []
+    for k in sorted(rng.integers(1, count + 5, 6).tolist()):
+        picked = nearest_positions(distances, tiebreak, k).tolist()
+        assert picked == whole[:k].tolist(), k
+        assert picked[: len(previous)] == previous
+        previous = picked
+
+
 def test_no_matrices_give_no_distances() -> None:
     assert cosine_distances([np.empty((0, 4), dtype=np.float32)], np.ones(4, np.float32)).size == 0
 

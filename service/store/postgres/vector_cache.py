@@ -119,9 +119,10 @@ class PgVectorCache:
         k: int,
         exact_scan_limit: int,
     ) -> Candidates | None:
-        """The k nearest ready vectors of the scope (ties with the k-th included), with the
-        generations they come from; None when the scope has at most `exact_scan_limit`
-        vectors (the statement scans them all) or cannot be held at once."""
+        """The k nearest ready vectors of the scope (equal distances in identity order: the
+        rows are held in that order), with the generations they come from; None when the
+        scope has at most `exact_scan_limit` vectors (the statement scans them all) or
+        cannot be held at once."""
         scope = sorted({int(p) for p in project_ids})
         matrices = self._held(scope, identity)
         if matrices is None:
