@@ -21,10 +21,11 @@ def nearest_positions(
 ) -> NDArray[np.intp]:
     """Positions of the k smallest distances, nearest first, equal distances by `tiebreak`.
 
-    Both caches order a scope's rows by document identity (project, kind, row id, chunk), the
-    order the statement breaks equal similarities by, and pass that order as `tiebreak`: the
-    first k rows are then the ones the statement would pick from the whole scope, and a
-    larger k only appends rows (a later page's candidates begin with an earlier page's)."""
+    Both caches hold a scope's rows in document identity order (project, kind, row id,
+    chunk), the order the statement breaks equal similarities by, so their `tiebreak` is the
+    row's position: the first k rows are then the ones the statement would pick from the
+    whole scope, and a larger k only appends rows (a later page's candidates begin with an
+    earlier page's)."""
     if k <= 0 or not len(distances):
         return np.empty(0, dtype=np.intp)
     keep = np.arange(len(distances))
