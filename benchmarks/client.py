@@ -20,6 +20,7 @@ _MODE_VALUES = {
 }
 _FUSION_VALUES = {
     "": search_pb2.HYBRID_FUSION_UNSPECIFIED,
+    "sum": search_pb2.HYBRID_FUSION_SUM,
     "rrf": search_pb2.HYBRID_FUSION_RRF,
     "max_min": search_pb2.HYBRID_FUSION_MAX_MIN,
 }
@@ -138,7 +139,7 @@ class Client:
     ) -> SearchResult:
         """One SearchProjects call, every streamed page read; timed on the client.
 
-        `fusion` ("rrf" or "max_min") picks HYBRID's fusion; empty: the server's default.
+        `fusion` ("sum", "rrf" or "max_min") picks HYBRID's fusion; empty: the server's default.
         `kinds` and `directory`: the kind and directory-prefix filters (none when empty)."""
         request = search_pb2.SearchProjectsRequest(
             scope=search_pb2.ProjectScope(project_ids=list(scope)),

@@ -1,12 +1,12 @@
 """Relevance on any BEIR-layout collection, through the real server, on both stores.
 
 The collection is indexed into one project (the server embeds with the local MiniLM model),
-every query runs in FTS, VECTOR, HYBRID (the service's default fusion, RRF) and
-HYBRID_MAX_MIN (`fusion = MAX_MIN`), and "RRF" fuses the FTS and VECTOR lists here, the way
-workspace search fuses provider lists (reciprocal rank fusion, k = 60), as a check of the
-service's own RRF. Each row counts the queries that returned nothing, and with both stores
-the mean top-10 overlap of their FTS lists is reported. A diagnostic run,
-FTS_ANY, sends each query as its content words joined by explicit OR, showing what plain
+every query runs in FTS, VECTOR, HYBRID (the service's default fusion, SUM), HYBRID_RRF
+(`fusion = RRF`) and HYBRID_MAX_MIN (`fusion = MAX_MIN`), and "RRF" fuses the FTS and VECTOR
+lists here, the way workspace search fuses provider lists (reciprocal rank fusion, k = 60),
+as a check of the service's own RRF. Each row counts the queries that returned nothing,
+and with both stores the mean top-10 overlap of their FTS lists is reported. A diagnostic
+run, FTS_ANY, sends each query as its content words joined by explicit OR, showing what plain
 any-term BM25 matching gives on the same index (FTS proper tries the strict AND of all words
 first and relaxes to OR only when that finds nothing). Metrics come from
 ir-measures (trec_eval through pytrec-eval-terrier): nDCG@10, MAP over the top 1000
@@ -40,7 +40,7 @@ from service.ranking.rrf import DEFAULT_K, fuse
 MEASURES = (nDCG @ 10, AP @ 1000, R @ 100, RR, nDCG)
 NAMES = {"nDCG@10": "ndcg_at_10", "AP@1000": "map", "R@100": "recall_at_100", "RR": "mrr",
          "nDCG": "ndcg"}
-RUNS = (*MODES, "hybrid_max_min", "rrf", "fts_any")
+RUNS = (*MODES, "hybrid_rrf", "hybrid_max_min", "rrf", "fts_any")
 PROJECT = "relevance"
 # From the collection's README (shared/data/vaswani-npl/README.md): published Terrier runs
 # (trec_eval map and full-depth ndcg, 1000 results) and the reference runs measured on this
@@ -73,10 +73,35 @@ def evaluate(qrels: dict[str, dict[str, int]], ranked: dict[str, list[str]]) -> 
     """Mean of each measure over every judged query (a query with no results scores 0)."""
     judged = [q for q in ranked if q in qrels]
     sums = {name: 0.0 for name in NAMES.values()}
-    run = {q: docs for q, docs in as_run(ranked).items() if docs}
-    for metric in ir_measures.iter_calc(list(MEASURES), {q: qrels[q] for q in judged}, run):
-        sums[NAMES[str(metric.measure)]] += float(metric.value)
+    for per_query in per_query_values(qrels, ranked).values():
+        for name, value in per_query.items():
+            sums[name] += value
     return {name: total / len(judged) if judged else float("nan") for name, total in sums.items()}
+
+
+def per_query_values(
+    qrels: dict[str, dict[str, int]], ranked: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
+    """Each measure of each judged query that returned something (the others score 0)."""
+    judged = [q for q in ranked if q in qrels]
+    run = {q: docs for q, docs in as_run(ranked).items() if docs}
+    values: dict[str, dict[str, float]] = {}
+    for metric in ir_measures.iter_calc(list(MEASURES), {q: qrels[q] for q in judged}, run):
+        values.setdefault(metric.query_id, {})[NAMES[str(metric.measure)]] = float(metric.value)
+    return values
+
+
+def paired(qrels: dict[str, dict[str, int]], a: dict[str, list[str]],
+           b: dict[str, list[str]]) -> dict[str, float]:
+    """Per judged query, AP of run `a` against run `b`: how many queries each wins (by more
+    than 1e-9), and the mean difference."""
+    first, second = per_query_values(qrels, a), per_query_values(qrels, b)
+    judged = [q for q in a.keys() | b.keys() if q in qrels]
+    diffs = [first.get(q, {}).get("map", 0.0) - second.get(q, {}).get("map", 0.0)
+             for q in judged]
+    return {"wins": sum(d > 1e-9 for d in diffs), "losses": sum(d < -1e-9 for d in diffs),
+            "ties": sum(abs(d) <= 1e-9 for d in diffs),
+            "mean_difference": sum(diffs) / len(diffs) if diffs else float("nan")}
 
 
 def rrf(
@@ -154,6 +179,8 @@ async def run_store(bench: Workbench, store: str, collection: beir.Collection,
         for mode in MODES:
             ranked[mode], infos[mode] = await run_mode(server, indexed["project"], queries,
                                                        mode, depth)
+        ranked["hybrid_rrf"], infos["hybrid_rrf"] = await run_mode(
+            server, indexed["project"], queries, "hybrid", depth, fusion="rrf")
         ranked["hybrid_max_min"], infos["hybrid_max_min"] = await run_mode(
             server, indexed["project"], queries, "hybrid", depth, fusion="max_min")
         ranked["fts_any"], infos["fts_any"] = await run_mode(
@@ -164,11 +191,15 @@ async def run_store(bench: Workbench, store: str, collection: beir.Collection,
     ranked["rrf"] = rrf(ranked["fts"], ranked["vector"], depth)
     infos["rrf"] = {"note": f"fused here from the fts and vector lists (k={DEFAULT_K})",
                     "empty_queries": sum(not docs for docs in ranked["rrf"].values())}
+    comparison = {"store": store, "run": "hybrid", "against": "hybrid_rrf",
+                  **paired(collection.qrels, ranked["hybrid"], ranked["hybrid_rrf"])}
+    log(f"relevance {store}: HYBRID (SUM) against HYBRID_RRF per query: {comparison}")
     rows = []
     for run in RUNS:
         metrics = evaluate(collection.qrels, ranked[run])
         rows.append({"store": store, "run": run, **metrics, **infos[run],
-                     "index_seconds": indexed["seconds"], "ranked": ranked[run]})
+                     "index_seconds": indexed["seconds"], "ranked": ranked[run],
+                     **({"paired": comparison} if run == "hybrid" else {})})
         log(f"relevance {store} {run}: nDCG@10 {metrics['ndcg_at_10']:.4f} "
             f"MAP {metrics['map']:.4f} R@100 {metrics['recall_at_100']:.4f} "
             f"MRR {metrics['mrr']:.4f}")

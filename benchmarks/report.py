@@ -128,6 +128,13 @@ def render_relevance(data: Any) -> str:
     parts = [head, table(["store", "run", "nDCG@10", "MAP (AP@1000)", "Recall@100", "MRR",
                           "nDCG (full)", "server p50 ms", "relaxed queries",
                           "empty queries"], rows)]
+    for r in data["rows"]:
+        if r.get("paired"):
+            c = r["paired"]
+            parts.append(
+                f"{r['store']}: {r['run'].upper()} against {c['against'].upper()}, query by "
+                f"query (AP): better on {c['wins']}, worse on {c['losses']}, equal on "
+                f"{c['ties']}; mean difference {fmt(c['mean_difference'], 4)}.")
     if data.get("fts_top10_overlap") is not None:
         parts.append("FTS lists of the two stores: mean top-10 overlap "
                      f"{fmt(data['fts_top10_overlap'], 4)}.")

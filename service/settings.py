@@ -118,7 +118,7 @@ class Settings:
         default=-1,
         metadata=_doc("PostgreSQL: memory for in-process lexical postings that rank an "
                       "FTS search (unfiltered, or filtered by kind) or an unfiltered HYBRID "
-                      "(RRF) search instead of the statement's SQL BM25 (per project, "
+                      "(SUM or RRF) search instead of the statement's SQL BM25 (per project, "
                       "checked against the database's generations and the query's parsed "
                       "terms by each search, least recently used out); -1 = an eighth of the "
                       "process's memory, at least 256; scopes that do not fit: SQL; 0 = SQL."),
@@ -126,7 +126,7 @@ class Settings:
     sqlite_lexical_cache_mb: int = field(
         default=-1,
         metadata=_doc("SQLite: memory for in-process postings that rank an unfiltered FTS "
-                      "or RRF HYBRID search (per project, LRU); -1 = an eighth of the "
+                      "or HYBRID (SUM or RRF) search (per project, LRU); -1 = an eighth of the "
                       "process's memory, at least 256; scopes that do not fit: SQL; 0 = SQL."),
     )
     vector_cache_refresh_seconds: float = field(

@@ -143,7 +143,8 @@ async def test_relevance_runs_unchanged_on_another_beir_folder(
     assert data["baselines"] == []
     assert {(r["store"], r["run"]) for r in data["rows"]} == {
         (s, run) for s in ("sqlite", "postgres")
-        for run in ("fts", "vector", "hybrid", "hybrid_max_min", "rrf", "fts_any")}
+        for run in ("fts", "vector", "hybrid", "hybrid_rrf", "hybrid_max_min", "rrf",
+                    "fts_any")}
     for row in data["rows"]:
         for metric in ("ndcg_at_10", "map", "recall_at_100", "mrr", "ndcg"):
             assert 0.0 <= row[metric] <= 1.0

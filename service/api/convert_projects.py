@@ -8,7 +8,7 @@ from search_client.pb.search.v1 import project_search_pb2 as pb
 from service.api.convert_common import dict_to_struct, from_datetime, from_value, to_time_range
 from service.projects.request import ProjectSearchRequest, RawFilters, RawMetadataFilter
 from service.projects.search import ResultPage
-from service.store.base import Fusion, Mode, SearchHit
+from service.store.base import DEFAULT_FUSION, Fusion, Mode, SearchHit
 
 MODES = {
     pb.SEARCH_MODE_UNSPECIFIED: Mode.FTS,
@@ -22,7 +22,8 @@ MODE_TO_PB = {
     Mode.HYBRID: pb.SEARCH_MODE_HYBRID,
 }
 FUSIONS = {
-    pb.HYBRID_FUSION_UNSPECIFIED: Fusion.RRF,
+    pb.HYBRID_FUSION_UNSPECIFIED: DEFAULT_FUSION,
+    pb.HYBRID_FUSION_SUM: Fusion.SUM,
     pb.HYBRID_FUSION_RRF: Fusion.RRF,
     pb.HYBRID_FUSION_MAX_MIN: Fusion.MAX_MIN,
 }

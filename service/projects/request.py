@@ -7,7 +7,14 @@ import re
 from dataclasses import dataclass
 
 from service.errors import FieldViolation, InvalidArgument
-from service.store.base import RRF_K, Filters, Fusion, MetadataCondition, Mode
+from service.store.base import (
+    DEFAULT_FUSION,
+    RRF_K,
+    Filters,
+    Fusion,
+    MetadataCondition,
+    Mode,
+)
 from service.timerange import TimeRange
 
 MAX_TEXT_CHARS = 2000
@@ -68,7 +75,7 @@ class ProjectSearchRequest:
     max_pages: int
     include_chunks: bool
     min_similarity: float
-    fusion: Fusion = Fusion.RRF  # HYBRID only
+    fusion: Fusion = DEFAULT_FUSION  # HYBRID only
     rrf_k: int = 0  # 0: RRF_K
 
 
@@ -85,7 +92,7 @@ class ValidRequest:
     max_pages: int
     include_chunks: bool
     min_similarity: float
-    fusion: Fusion = Fusion.RRF
+    fusion: Fusion = DEFAULT_FUSION
     rrf_k: int = RRF_K
 
 

@@ -22,13 +22,13 @@ from service.ranking.tokens import TokenSigner, fingerprint
 from service.store.base import (
     BM25_B,
     BM25_K1,
+    Fusion,
     Mode,
     ProjectRecord,
     SearchHit,
     SearchPage,
     SearchPlan,
     Store,
-    score_version,
 )
 
 SUPPORTED_VECTOR_ADAPTERS = frozenset({"sqlite-vec", "pgvector"})
@@ -36,6 +36,19 @@ _PAGE_KIND = "project-search"
 _MAX_OFFSET = 10_000_000_000
 # How many bytes one hit takes in a response (the servicer measures its encoding).
 HitSize = Callable[[SearchHit], int]
+
+
+def score_version(mode: Mode, fusion: Fusion, rrf_k: int, k1: float, b: float) -> str:
+    """The name of the formula behind `score` for this mode and these parameters."""
+    if mode is Mode.VECTOR:
+        return "cosine/v1"
+    bm25 = f"bm25(k1={k1:g},b={b:g})"
+    if mode is Mode.FTS:
+        return f"{bm25}/v2"
+    return {
+        Fusion.SUM: f"sum(f,v/max(v)):cosine+{bm25}/v1",
+        Fusion.RRF: f"rrf(k={rrf_k}):cosine+{bm25}/v1",
+    }.get(fusion, f"max+0.3*min:cosine+{bm25}/v2")
 
 
 @dataclass(frozen=True)

@@ -37,20 +37,12 @@ class Mode(enum.StrEnum):
 class Fusion(enum.StrEnum):
     """How HYBRID combines its vector and lexical channels."""
 
+    SUM = "sum"  # f + v / v_max: each channel's score relative to its best, summed
     RRF = "rrf"  # sum of 1 / (k + rank) over the channels' whole lists
     MAX_MIN = "max_min"  # max(v, f) + 0.3 * min(v, f), f globally normalised BM25
 
 
-def score_version(mode: Mode, fusion: Fusion, rrf_k: int, k1: float, b: float) -> str:
-    """The name of the formula behind `score` for this mode and these parameters."""
-    if mode is Mode.VECTOR:
-        return "cosine/v1"
-    bm25 = f"bm25(k1={k1:g},b={b:g})"
-    if mode is Mode.FTS:
-        return f"{bm25}/v2"
-    if fusion is Fusion.RRF:
-        return f"rrf(k={rrf_k}):cosine+{bm25}/v1"
-    return f"max+0.3*min:cosine+{bm25}/v2"
+DEFAULT_FUSION = Fusion.SUM  # measured best on vaswani-npl, both stores (docs/semantics.md)
 
 
 class Outcome(enum.StrEnum):
@@ -207,7 +199,7 @@ class SearchPlan:
     min_similarity: float = 0.0
     exact_scan_limit: int = 50_000  # eligible chunks above this use the ANN index
     timeout: float | None = None  # seconds; the statement is cancelled past it
-    fusion: Fusion = Fusion.RRF  # HYBRID only
+    fusion: Fusion = DEFAULT_FUSION  # HYBRID only
     rrf_k: int = RRF_K
     bm25_k1: float = BM25_K1
     bm25_b: float = BM25_B

@@ -198,6 +198,7 @@ def rank(
     spans: Sequence[Sequence[Span]] | None = None,
     eligible: Sequence[NDArray[np.bool_]] | None = None,
     sqlite: bool = False,
+    by_score: bool = False,
 ) -> Ranking:
     """The scope's documents holding the terms, the first `wanted` in page order (tier,
     score descending, then identity: scope projects ascending, documents in their order),
@@ -207,7 +208,9 @@ def rank(
     `eligible`: each project's documents that pass the filters (N, avgdl and every df are
     then those of the eligible documents, as search_sql's ELIGIBLE_STATS counts them).
     `sqlite`: the SQLite statement's arithmetic (`sqlite_parts`, summed as its SUM does)
-    instead of PostgreSQL's."""
+    instead of PostgreSQL's. `by_score`: the order (the first rows and the places) is by
+    score alone, then identity, as HYBRID's SUM fusion reads the list; the tiers returned
+    stay the documents' own."""
     if spans is None:
         spans = term_spans(scope, terms)
     mask = None
@@ -260,10 +263,11 @@ def rank(
     total = len(listed)
     top = float(listed_scores.max()) if total else None
     relaxed = bool(total and tiers.min() == 0)
-    order = _first(listed_scores, tiers, wanted)
+    ordering = np.ones_like(tiers) if by_score else tiers
+    order = _first(listed_scores, ordering, wanted)
     ranks = np.arange(1, len(order) + 1, dtype=np.int64)
     if also and total:
-        extra = _places(listed, listed_scores, tiers, order, offsets, also)
+        extra = _places(listed, listed_scores, ordering, order, offsets, also)
         order = np.concatenate([order, extra[0]])
         ranks = np.concatenate([ranks, extra[1]])
     chosen = listed[order]

@@ -144,13 +144,17 @@ async def test_hybrid_fusion_and_rrf_k_reach_the_server(client: AsyncSearchClien
         return page.score_version, page.results[0].scores.score
 
     default_version, default_score = await top()
+    sum_version, sum_score = await top(fusion=HybridFusion.SUM)
+    assert (sum_version, sum_score) == (default_version, default_score)
+    assert default_version.startswith("sum(")
+    assert 0 < default_score <= 2 + 1e-12  # two channels, each relative to its best
     rrf_version, rrf_score = await top(fusion=HybridFusion.RRF)
-    assert (rrf_version, rrf_score) == (default_version, default_score)
-    assert default_score <= 2 / 61 + 1e-12  # sum of 1 / (60 + rank) over two channels
-    _, sharp = await top(rrf_k=1)
+    assert rrf_version.startswith("rrf(k=60):")
+    assert rrf_score <= 2 / 61 + 1e-12  # sum of 1 / (60 + rank) over two channels
+    _, sharp = await top(fusion=HybridFusion.RRF, rrf_k=1)
     assert sharp > 2 / 61
     max_min_version, _ = await top(fusion=HybridFusion.MAX_MIN)
-    assert max_min_version != default_version
+    assert len({max_min_version, rrf_version, default_version}) == 3
     with pytest.raises(InvalidArgumentError) as caught:
         await top(rrf_k=10_001)
     assert [v.field for v in caught.value.field_violations] == ["rrf_k"]

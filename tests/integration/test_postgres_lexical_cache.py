@@ -22,10 +22,10 @@ import pytest_asyncio
 
 from service.embeddings.deterministic import DeterministicEmbedder
 from service.projects.lexical import compile_query
-from service.store.base import Filters, Mode
+from service.store.base import Filters, Fusion, Mode
 from service.store.postgres.lexical_cache import PgLexicalCache, predict_shape
 from tests.integration.conftest import Corpus, Doc, fresh_backend
-from tests.integration.lexical_cache_support import page_key, random_text
+from tests.integration.lexical_cache_support import cached_and_plain, page_key, random_text
 
 pytestmark = pytest.mark.postgres
 
@@ -42,24 +42,16 @@ async def pair(
     request: pytest.FixtureRequest, tmp_path: object, embedder: DeterministicEmbedder
 ) -> AsyncIterator[tuple[Corpus, Corpus]]:
     """Two stores on one fresh PostgreSQL database: one ranks from its lexical cache."""
-    async with fresh_backend("postgres", request, tmp_path) as backend:  # type: ignore[arg-type]
-        # Both with the vector cache, so a HYBRID search's vector channel is the same exact
-        # nearest chunks on both when it takes the nearest-neighbour path.
-        fast = await backend.open(
-            embedder.identity, lexical_cache_bytes=64 << 20, vector_cache_bytes=64 << 20
-        )
-        plain = await backend.open(
-            embedder.identity, lexical_cache_bytes=0, vector_cache_bytes=64 << 20
-        )
-        try:
-            yield Corpus(fast, embedder, "acme"), Corpus(plain, embedder, "acme")
-        finally:
-            await plain.close()
-            await fast.close()
+    async with (
+        fresh_backend("postgres", request, tmp_path) as backend,  # type: ignore[arg-type]
+        cached_and_plain(backend, embedder) as corpora,
+    ):
+        yield corpora
 
 
-# HYBRID: the whole scope scanned exactly (the whole lexical list is passed), or the vector
-# cache's nearest chunks (the first rows and the candidates' places are passed).
+# HYBRID (SUM, the default, and RRF): the whole scope scanned exactly (the whole lexical list
+# is passed), or the vector cache's nearest chunks (the first rows, by score alone for SUM,
+# and the candidates' places are passed).
 SHAPES: tuple[tuple[Mode, dict[str, object]], ...] = (
     (Mode.FTS, {}),
     # A kind filter: N, avgdl and df over the eligible documents, ranked in process too.
@@ -67,6 +59,8 @@ SHAPES: tuple[tuple[Mode, dict[str, object]], ...] = (
     (Mode.FTS, {"filters": Filters(kinds=("issue", "note"))}),
     (Mode.HYBRID, {"exact_scan_limit": 50_000}),
     (Mode.HYBRID, {"exact_scan_limit": 5}),
+    (Mode.HYBRID, {"exact_scan_limit": 50_000, "fusion": Fusion.RRF}),
+    (Mode.HYBRID, {"exact_scan_limit": 5, "fusion": Fusion.RRF}),
 )
 
 

@@ -148,8 +148,20 @@ async def test_a_term_in_every_document_keeps_its_bm25_and_hybrid_ranks_by_rank(
         assert scores["dense"] == pytest.approx(_lucene(3, 3, 3.5, 2, 2), rel=1e-9)
         assert scores["sky"] == pytest.approx(_lucene(1, 4, 3.5, 2, 2), rel=1e-9)
 
-        # RRF (the default): the vector-less document, first in FTS, does not come first.
-        hybrid = await _search(channel, project, "star", ps.SEARCH_MODE_HYBRID)
+        # SUM (the default): the vector-less document, first in FTS, does not come first.
+        summed = await _search(channel, project, "star", ps.SEARCH_MODE_HYBRID)
+        assert summed.score_version == "sum(f,v/max(v)):cosine+bm25(k1=1.2,b=0.75)/v1"
+        assert _ids(summed) == ["sky", "dense"]
+        best_v = max(r.scores.vector_score for r in summed.results)
+        for result in summed.results:
+            v, f = result.scores.vector_score, result.scores.fts_normalized
+            assert result.scores.score == pytest.approx(f + v / best_v)
+        assert summed.results[1].scores.score == pytest.approx(1.0)  # f = 1, no vector
+
+        # RRF: the same order, by rank.
+        hybrid = await _search(
+            channel, project, "star", ps.SEARCH_MODE_HYBRID, fusion=ps.HYBRID_FUSION_RRF
+        )
         assert hybrid.score_version == "rrf(k=60):cosine+bm25(k1=1.2,b=0.75)/v1"
         assert _ids(hybrid) == ["sky", "dense"]
         first, second = hybrid.results
@@ -157,7 +169,9 @@ async def test_a_term_in_every_document_keeps_its_bm25_and_hybrid_ranks_by_rank(
         assert second.scores.vector_score == 0
         assert first.scores.score == pytest.approx(1 / 61 + 1 / 62)
         assert second.scores.score == pytest.approx(1 / 61)
-        custom = await _search(channel, project, "star", ps.SEARCH_MODE_HYBRID, rrf_k=1)
+        custom = await _search(
+            channel, project, "star", ps.SEARCH_MODE_HYBRID, fusion=ps.HYBRID_FUSION_RRF, rrf_k=1
+        )
         assert custom.results[0].scores.score == pytest.approx(1 / 2 + 1 / 3)
         assert custom.score_version.startswith("rrf(k=1):")
 

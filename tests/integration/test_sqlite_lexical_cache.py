@@ -50,13 +50,16 @@ async def pair(
             await fast.close()
 
 
-# HYBRID (RRF): the whole scope scanned exactly (every scored document's place is passed),
-# or the vector cache's nearest chunks; MAX_MIN and filters are ranked in SQL on both.
+# HYBRID (SUM, the default, and RRF): the whole scope scanned exactly (every scored
+# document's place is passed), or the vector cache's nearest chunks (the first rows, by score
+# alone for SUM); MAX_MIN and filters are ranked in SQL on both.
 SHAPES: tuple[tuple[Mode, dict[str, object]], ...] = (
     (Mode.FTS, {}),
     (Mode.FTS, {"filters": Filters(kinds=("note",))}),
     (Mode.HYBRID, {}),
     (Mode.HYBRID, {"exact_scan_limit": 5}),
+    (Mode.HYBRID, {"fusion": Fusion.RRF}),
+    (Mode.HYBRID, {"exact_scan_limit": 5, "fusion": Fusion.RRF}),
     (Mode.HYBRID, {"fusion": Fusion.MAX_MIN}),
     (Mode.VECTOR, {}),
 )

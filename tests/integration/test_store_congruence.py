@@ -64,6 +64,8 @@ QUERIES = [
     (Mode.HYBRID, "orbit", Fusion.MAX_MIN),
     (Mode.HYBRID, "comet", Fusion.RRF),
     (Mode.HYBRID, "comet orbit", Fusion.RRF),
+    (Mode.HYBRID, "comet", Fusion.SUM),
+    (Mode.HYBRID, "comet orbit", Fusion.SUM),
 ]
 
 

@@ -115,7 +115,12 @@ def test_hybrid_fusion_picks_its_scoring_fragment(checker: Fts5Checker) -> None:
     from service.store.base import Fusion
 
     plan = _plan(Mode.HYBRID, compile_query("a b"))
-    rrf, bindings = build(plan, VectorIndex(IDENTITY, False), checker)
+    default, _ = build(plan, VectorIndex(IDENTITY, False), checker)
+    assert q.SCORED_SUM in default  # the default fusion
+    assert q.SCORED_RRF not in default
+    rrf, bindings = build(
+        dataclasses.replace(plan, fusion=Fusion.RRF), VectorIndex(IDENTITY, False), checker
+    )
     assert q.SCORED_RRF in rrf
     assert bindings["rrf_k"] == 60
     max_min, _ = build(

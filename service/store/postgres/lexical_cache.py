@@ -24,7 +24,8 @@ statement holds only the check and the page's rows, in a second one. A kind filt
 here too (N, avgdl and df over the documents of those kinds, as ELIGIBLE_STATS counts them);
 other filters, script phrases and queries whose membership needs the tsvectors (NOT,
 phrases) always take the SQL path; so do filtered HYBRID and HYBRID fused by MAX_MIN.
-HYBRID fused by RRF is passed the rows RRF can reach (search._proposal). Bounded like the
+HYBRID fused by SUM or RRF is passed the rows the fusion can reach (search._proposal; SUM's
+first rows by score alone). Bounded like the
 matrices: least recently used out past `budget_bytes`; a scope that does not fit takes the
 SQL path.
 """
@@ -239,6 +240,7 @@ class PgLexicalCache:
         complete: bool = False,
         kinds: frozenset[str] = frozenset(),
         statement_timeout: float | None = None,
+        by_score: bool = False,
     ) -> Proposal | None:
         """The scope's first `wanted` rows by the in-process ranking, and those of the
         documents `also` ((project, kind, row id)) that are listed further down, each with
@@ -246,7 +248,8 @@ class PgLexicalCache:
         cannot be held at once. `complete`: the whole list, None if longer than `wanted`.
         A project is read within the search's `statement_timeout`; while another search is
         reading, this one does not wait for it (None: the statement ranks in SQL). `kinds`:
-        a kind filter (only documents of those kinds are ranked and counted)."""
+        a kind filter (only documents of those kinds are ranked and counted). `by_score`: the
+        first rows by score alone (lexical_index.rank)."""
         scope = sorted({int(p) for p in project_ids})
         held = self._held(scope)
         if held is None and not self._loading.locked():
@@ -267,7 +270,7 @@ class PgLexicalCache:
         eligible = [p.of_kinds(kinds) for p in held] if kinds else None
         ranking_of = functools.partial(
             rank, held, terms, k1, b, shape.strict_at, shape.any_term, wanted, extra, spans,
-            eligible,
+            eligible, by_score=by_score,
         )
         if postings_count(spans) > THREAD_POSTINGS:
             ranking = await asyncio.to_thread(ranking_of)

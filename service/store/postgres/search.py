@@ -39,7 +39,8 @@ KNN_MAX_K = 20_000  # hnsw.max_scan_tuples bounds the iterative scan at the same
 # HYBRID without the vector cache's candidates passes the whole lexical list, up to this long.
 MAX_COMPLETE_ROWS = 5_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
-_HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
+_HYBRID = {Fusion.SUM: q.SCORED_SUM, Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
+_HYBRID_FAST = {Fusion.SUM: q.SCORED_SUM_FAST, Fusion.RRF: q.SCORED_RRF_FAST}
 
 
 def _lexical_ctes(shape: _Shape) -> tuple[list[str], str]:
@@ -125,11 +126,12 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
 
 def offers_fast(plan: SearchPlan, lexical: PgLexicalCache | None = None) -> Shape | None:
     """The predicted lexical shape when the lexical cache may rank this search: FTS (no
-    filter but kinds), or HYBRID fused by RRF (no filters), a counted query of plain words
+    filter but kinds), or HYBRID fused by SUM or RRF (no filters), a counted query of plain
+    words
     (predicted with what the `lexical` cache learned)."""
     if plan.mode is Mode.VECTOR or plan.filters != Filters(kinds=plan.filters.kinds):
         return None  # of the filters, only kinds are ranked in process
-    if plan.mode is Mode.HYBRID and (plan.fusion is not Fusion.RRF or plan.filters.kinds):
+    if plan.mode is Mode.HYBRID and (plan.fusion not in _HYBRID_FAST or plan.filters.kinds):
         return None
     return predict_shape(plan.lexical) if lexical is None else lexical.shape(plan.lexical)
 
@@ -212,7 +214,7 @@ def _text(shape: _Shape) -> str:
         total = q.TOTAL_SUMMARY
     scored = _HYBRID[shape.fusion] if shape.mode is Mode.HYBRID else _SCORED[shape.mode]
     if shape.mode is Mode.HYBRID and shape.fast:
-        scored = q.SCORED_RRF_FAST
+        scored = _HYBRID_FAST[shape.fusion]
     lex, used, seen = (
         (lx.LEX_GENS, lx.LEX_USED, lx.LEX_SEEN) if shape.fast else (q.CACHE_NONE,) * 3
     )
@@ -363,8 +365,9 @@ async def _proposal(
     statement_timeout: float | None,
 ) -> Proposal | None:
     """The lexical cache's ranking for the statement: FTS, the page's rows; HYBRID, the
-    rows RRF can reach (the first page's worth plus the vector candidates' documents) when
-    the vector cache proposes candidates, else the whole list (if not too long)."""
+    rows the fusion can reach (the first page's worth plus the vector candidates'
+    documents) when the vector cache proposes candidates, else the whole list (if not too
+    long)."""
     k1, b = float(plan.bm25_k1), float(plan.bm25_b)
     if plan.mode is Mode.FTS:
         return await lexical.propose(
@@ -372,16 +375,17 @@ async def _proposal(
             kinds=frozenset(plan.filters.kinds), statement_timeout=statement_timeout,
         )
     wanted = plan.offset + plan.limit + 1
+    by_score = plan.fusion is Fusion.SUM  # SUM reads the list by score alone, RRF by tier
     if candidates is None:
         return await lexical.propose(
             conn, plan.project_ids, shape, k1, b, MAX_COMPLETE_ROWS, complete=True,
-            statement_timeout=statement_timeout,
+            statement_timeout=statement_timeout, by_score=by_score,
         )
     projects, kinds, rows, _ = candidates.keys
     also = list(dict.fromkeys(zip(projects, kinds, rows, strict=True)))
     return await lexical.propose(
         conn, plan.project_ids, shape, k1, b, wanted, also,
-        statement_timeout=statement_timeout,
+        statement_timeout=statement_timeout, by_score=by_score,
     )
 
 

@@ -219,6 +219,41 @@ scored AS (
            1 AS tier
     FROM fused
 ),"""
+# Each channel's score relative to its best, summed: f (BM25 over the largest of the whole
+# matching set, whatever its tier) plus v over the largest similarity of the vector channel.
+# With the lexical cache (lexical_sql LEX_FAST), `fts` holds the first rows by score and the
+# vector channel's documents, and the whole list's top score is bound.
+_SUM = """
+fts_norm AS (
+    SELECT project_id, kind, row_id, fts_score,
+           COALESCE(fts_score / NULLIF({top}, 0.0), 0.0) AS f
+    FROM fts
+),
+vector_norm AS (
+    SELECT project_id, kind, row_id, v,
+           COALESCE(v / NULLIF(max(v) OVER (), 0.0), 0.0) AS rv
+    FROM vector_scores
+),
+channels AS (
+    SELECT project_id, kind, row_id, v, rv, 0.0::float8 AS fts_score, 0.0::float8 AS f
+    FROM vector_norm
+    UNION ALL
+    SELECT project_id, kind, row_id, 0.0::float8, 0.0::float8, fts_score, f FROM fts_norm
+),
+fused AS (
+    SELECT project_id, kind, row_id, max(v) AS v, max(rv) AS rv, max(fts_score) AS fts_score,
+           max(f) AS f
+    FROM channels GROUP BY project_id, kind, row_id
+),
+scored AS (
+    SELECT project_id, kind, row_id, f + rv AS score, v, fts_score, f, 1 AS tier
+    FROM fused
+),"""
+SCORED_SUM = _SUM.format(top="max(fts_score) OVER ()")
+SCORED_SUM_FAST = _SUM.format(
+    top="CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_top::float8"
+        " ELSE max(fts_score) OVER () END",
+)
 # Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the
 # channels a document is in, ranks 1-based in each channel's own order (the FTS list's tiers
 # included), ties in a channel broken by identity so that ranks never depend on paging.

@@ -119,10 +119,11 @@ class SqliteLexicalCache:
         any_term: bool,
         wanted: int,
         also: Sequence[int] = (),
+        by_score: bool = False,
     ) -> LexicalRanking | None:
         """The scope's first `wanted` documents holding a term (every one when not
-        `any_term`; tier 1: holding `strict_at` of them), as of `conn`'s current snapshot;
-        None when the scope cannot be held."""
+        `any_term`; tier 1: holding `strict_at` of them; `by_score`: the first by score
+        alone), as of `conn`'s current snapshot; None when the scope cannot be held."""
         scope = sorted({int(p) for p in project_ids})
         held = self._scope(conn, scope)
         if held is None:
@@ -132,7 +133,8 @@ class SqliteLexicalCache:
         postings = [item.postings for item in held]
         extra = _positions(held, also) if also else []
         ranking = rank(
-            postings, list(terms), k1, b, strict_at, any_term, wanted, extra, sqlite=True
+            postings, list(terms), k1, b, strict_at, any_term, wanted, extra, sqlite=True,
+            by_score=by_score,
         )
         doc_ids = [
             int(held[p].ids[d])
@@ -297,7 +299,8 @@ def lexical_refused(conn: apsw.Connection) -> bool:
 
 
 def register_lexical_functions(conn: apsw.Connection, cache: SqliteLexicalCache) -> None:
-    """`search_lexical_rank(scope, terms, k1, b, strict_at, any_term, wanted)` and
+    """`search_lexical_rank(scope, terms, k1, b, strict_at, any_term, wanted, also,
+    by_score)` and
     `search_lexical_score(token, i)` on `conn`, answered from `cache`.
 
     The first returns the ranking as JSON (`{"token", "rows": [[doc id, tier], ...], "total",
@@ -309,7 +312,7 @@ def register_lexical_functions(conn: apsw.Connection, cache: SqliteLexicalCache)
         return
 
     def ranking(*args: apsw.SQLiteValue) -> str | None:
-        scope, terms, k1, b, strict_at, any_term, wanted, also = args
+        scope, terms, k1, b, strict_at, any_term, wanted, also, by_score = args
         parsed = [Term(str(t[0]), bool(t[1])) for t in json.loads(str(terms))]
         others = [int(d) for d in json.loads(str(also))] if also is not None else []
         found = unhooked(
@@ -317,7 +320,7 @@ def register_lexical_functions(conn: apsw.Connection, cache: SqliteLexicalCache)
             lambda: cache.rank(
                 conn, json.loads(str(scope)), parsed, float(cast(float, k1)),
                 float(cast(float, b)), int(cast(int, strict_at)), bool(any_term),
-                int(cast(int, wanted)), others,
+                int(cast(int, wanted)), others, bool(by_score),
             )
         )
         if found is None:
@@ -339,7 +342,7 @@ def register_lexical_functions(conn: apsw.Connection, cache: SqliteLexicalCache)
             raise ValueError("search_lexical_score: no such ranking on this connection")
         return held[1][index]
 
-    conn.create_scalar_function("search_lexical_rank", ranking, 8)
+    conn.create_scalar_function("search_lexical_rank", ranking, 9)
     conn.create_scalar_function("search_lexical_score", score, 2)
     _FUNCTIONS[conn] = cache
 

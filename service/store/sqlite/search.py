@@ -43,7 +43,7 @@ KNN_MAX_K = 4096  # sqlite-vec's limit on k (which applies per project partition
 # SQLite VM instructions between deadline checks (microseconds of work each time).
 PROGRESS_STEPS = 10_000
 _SCORED = {Mode.FTS: q.SCORED_FTS, Mode.VECTOR: q.SCORED_VECTOR, Mode.HYBRID: q.SCORED_HYBRID}
-_HYBRID = {Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
+_HYBRID = {Fusion.SUM: q.SCORED_SUM, Fusion.RRF: q.SCORED_RRF, Fusion.MAX_MIN: q.SCORED_HYBRID}
 
 
 @dataclass(frozen=True)
@@ -151,9 +151,9 @@ def choose_lexical(
 def _rankable(
     plan: SearchPlan, terms: list[tuple[str, bool, str, bool]], filtered: bool
 ) -> bool:
-    """A search whose lexical list the lexical cache ranks: FTS, or HYBRID fused by RRF,
-    without filters, over content-column terms only."""
-    fused = plan.mode is Mode.HYBRID and plan.fusion is Fusion.RRF
+    """A search whose lexical list the lexical cache ranks: FTS, or HYBRID fused by SUM or
+    RRF, without filters, over content-column terms only."""
+    fused = plan.mode is Mode.HYBRID and plan.fusion in (Fusion.SUM, Fusion.RRF)
     return (
         (plan.mode is Mode.FTS or fused)
         and not filtered
@@ -187,6 +187,8 @@ def _cached(
     documents they are passed."""
     bindings["cached_terms"] = json.dumps([(t[0], t[1]) for t in terms])
     bindings["any_term"] = int(any_term)
+    # SUM reads the first rows by score alone (tiers do not order it), RRF by tier and score.
+    bindings["by_score"] = int(plan.mode is Mode.HYBRID and plan.fusion is Fusion.SUM)
     for name in ("score_terms", "fts_query"):
         bindings.pop(name, None)
     also = q.ALSO_VECTOR if plan.mode is Mode.HYBRID else q.ALSO_NONE
@@ -243,7 +245,7 @@ def build(
         else:
             ctes.append(v.VECTOR_SCORES)
     scored = _HYBRID[plan.fusion] if plan.mode is Mode.HYBRID else _SCORED[plan.mode]
-    if plan.mode is Mode.HYBRID and "cached_terms" in bindings:
+    if plan.mode is Mode.HYBRID and "cached_terms" in bindings and plan.fusion is Fusion.RRF:
         scored = q.SCORED_RRF_CACHED
     ctes += [scored, q.PAGE, q.META.format(relaxed=relaxed, exact=exact, total=total)]
     chunks = v.TOP_CHUNKS if semantic and plan.include_chunks else q.CHUNKS_NONE

@@ -236,13 +236,15 @@ fts AS (SELECT doc_id, fts_score, hits = :strict_terms AS tier FROM bm25)"""
 # row's score as a REAL from `search_lexical_score`. NULL when the scope cannot be held:
 # the list is then empty and the total NULL, and the store ranks in SQL instead.
 OWNED_SCOPE_JSON = f"(SELECT json_group_array(project_id) FROM ({OWNED_SCOPE}))"  # noqa: S608
-# HYBRID (RRF) passes the documents of the vector channel (`{also}`): their rows and places
-# in the whole list come after the first ones, which is every row RRF can lift onto the page
+# HYBRID passes the documents of the vector channel (`{also}`): their rows and places in the
+# whole list come after the first ones, which is every row the fusion can lift onto the page
 # (a document below the first `limit + offset` of both lists fuses lower than each of those).
+# `by_score`: the first rows by score alone, as SUM fuses (RRF's by tier, then score).
 LEX_CACHED = f"""
 lex_rank AS MATERIALIZED (
     SELECT search_lexical_rank({OWNED_SCOPE_JSON}, :cached_terms, :bm25_k1, :bm25_b,
-                               :strict_terms, :any_term, :limit + :offset, {{also}}) AS r
+                               :strict_terms, :any_term, :limit + :offset, {{also}},
+                               :by_score) AS r
 ),
 fts AS MATERIALIZED (
     SELECT j.value ->> 0 AS doc_id, search_lexical_score(l.r ->> '$.token', j.key) AS fts_score,
@@ -292,6 +294,34 @@ fused AS (
 ),
 scored AS MATERIALIZED (
     SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f, 1 AS tier
+    FROM fused
+)"""
+# Each channel's score relative to its best, summed: f (as above: BM25 over the largest of
+# the whole matching set, whatever its tier) plus v over the largest similarity of the
+# vector channel. With the lexical cache, `fts` holds the first rows by score and the vector
+# channel's documents: the largest score is among them, and a document outside both cannot
+# reach the page (each of those first rows has at least its score).
+SCORED_SUM = """
+fts_norm AS (
+    SELECT doc_id, fts_score,
+           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f
+    FROM fts
+),
+vector_norm AS (
+    SELECT doc_id, v, COALESCE(v / NULLIF(MAX(v) OVER (), 0.0), 0.0) AS rv
+    FROM vector_scores
+),
+channels AS (
+    SELECT doc_id, v, rv, 0.0 AS fts_score, 0.0 AS f FROM vector_norm
+    UNION ALL
+    SELECT doc_id, 0.0, 0.0, fts_score, f FROM fts_norm
+),
+fused AS (
+    SELECT doc_id, MAX(v) AS v, MAX(rv) AS rv, MAX(fts_score) AS fts_score, MAX(f) AS f
+    FROM channels GROUP BY doc_id
+),
+scored AS MATERIALIZED (
+    SELECT doc_id, f + rv AS score, v, fts_score, f, 1 AS tier
     FROM fused
 )"""
 # Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the

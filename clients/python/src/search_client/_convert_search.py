@@ -34,7 +34,7 @@ class SearchArgs:
     max_pages: int
     include_chunks: bool
     min_similarity: float
-    fusion: HybridFusion | None = None  # None: the server's default (RRF)
+    fusion: HybridFusion | None = None  # None: the server's default (SUM)
     rrf_k: int = 0  # 0: the server's default (60)
 
 

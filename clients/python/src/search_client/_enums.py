@@ -24,8 +24,9 @@ class SearchMode(enum.StrEnum):
 
 
 class HybridFusion(enum.StrEnum):
-    """How HYBRID fuses the full-text and vector rankings (the server's default: RRF)."""
+    """How HYBRID fuses the full-text and vector rankings (the server's default: SUM)."""
 
+    SUM = "sum"
     RRF = "rrf"
     MAX_MIN = "max_min"
 

@@ -25,6 +25,7 @@ class HybridFusion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HYBRID_FUSION_UNSPECIFIED: _ClassVar[HybridFusion]
     HYBRID_FUSION_RRF: _ClassVar[HybridFusion]
     HYBRID_FUSION_MAX_MIN: _ClassVar[HybridFusion]
+    HYBRID_FUSION_SUM: _ClassVar[HybridFusion]
 
 class MetadataOperator(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -45,6 +46,7 @@ SEARCH_MODE_HYBRID: SearchMode
 HYBRID_FUSION_UNSPECIFIED: HybridFusion
 HYBRID_FUSION_RRF: HybridFusion
 HYBRID_FUSION_MAX_MIN: HybridFusion
+HYBRID_FUSION_SUM: HybridFusion
 METADATA_OPERATOR_UNSPECIFIED: MetadataOperator
 METADATA_OPERATOR_EQ: MetadataOperator
 METADATA_OPERATOR_CONTAINS_ALL: MetadataOperator
