@@ -15,9 +15,10 @@ the projects that moved on, and ranks. What it ranks is therefore what the state
 there is nothing to check afterwards. It answers NULL when the scope does not fit the budget
 (the store then ranks in SQL with a second statement).
 
-Used for FTS without filters when every query term is a content-column term and membership
-is counted (the strict form is the AND of the relaxed form's terms: FTS_TIERED_FROM_HITS);
-other shapes (phrases, NOT, script n-grams, filters) and HYBRID keep the SQL ranking.
+Used for FTS and for HYBRID fused by SUM or RRF, without filters, when every query term is a
+content-column term and membership is counted (the strict form is the AND of the relaxed
+form's terms: FTS_TIERED_FROM_HITS); other shapes (phrases, NOT, script n-grams, filters,
+MAX_MIN) keep the SQL ranking.
 """
 
 from __future__ import annotations
