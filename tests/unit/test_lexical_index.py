@@ -75,6 +75,39 @@ def test_places_of_other_documents_are_their_places_in_the_whole_list() -> None:
         assert (part.total, part.top, part.relaxed) == (whole.total, whole.top, whole.relaxed)
 
 
+def test_by_score_the_first_rows_and_places_ignore_the_tiers() -> None:
+    """SUM's reading: the whole list by score, then identity, whatever the tier; the tiers
+    returned are still the documents' own, and the whole list's figures do not change."""
+    rng = random.Random(40)
+    words = ["ab", "abc", "abd", "b", "bc", "c"]
+    for _ in range(60):
+        drawn = _draw(rng, words, 30)
+        if drawn is None:
+            continue
+        scope, terms = drawn
+        strict_at = len(terms)
+        tiered = rank(scope, terms, 1.2, 0.75, strict_at, True, 10_000)
+        whole = rank(scope, terms, 1.2, 0.75, strict_at, True, 10_000, by_score=True)
+        everyone = list(zip(whole.positions.tolist(), whole.documents.tolist(), strict=True))
+        keys = [(-s, p, d) for s, (p, d) in zip(whole.scores.tolist(), everyone, strict=True)]
+        assert keys == sorted(keys)
+        listed = zip(tiered.positions.tolist(), tiered.documents.tolist(), strict=True)
+        tier_of = dict(zip(listed, tiered.tiers.tolist(), strict=True))
+        assert whole.tiers.tolist() == [tier_of[key] for key in everyone]
+        assert (whole.total, whole.top, whole.relaxed) == (
+            tiered.total, tiered.top, tiered.relaxed)
+        place = {key: i + 1 for i, key in enumerate(everyone)}
+        wanted = rng.randrange(1, 5)
+        also = rng.sample(everyone, min(len(everyone), rng.randrange(0, 8)))
+        part = rank(scope, terms, 1.2, 0.75, strict_at, True, wanted, also, by_score=True)
+        got = list(zip(part.positions.tolist(), part.documents.tolist(), strict=True))
+        assert got[:wanted] == everyone[:wanted]
+        if everyone:
+            assert part.scores[0] == whole.top  # the first row is the list's best
+        for key, found in zip(got, part.ranks.tolist(), strict=True):
+            assert found == place[key]
+
+
 def _term_frequencies(
     scope: list[ProjectPostings], term: Term, ok: Callable[[int, int], bool]
 ) -> dict[tuple[int, int], float]:

@@ -127,8 +127,7 @@ def _fast_bindings(fast: Proposal) -> dict[str, Any]:
 def offers_fast(plan: SearchPlan, lexical: PgLexicalCache | None = None) -> Shape | None:
     """The predicted lexical shape when the lexical cache may rank this search: FTS (no
     filter but kinds), or HYBRID fused by SUM or RRF (no filters), a counted query of plain
-    words
-    (predicted with what the `lexical` cache learned)."""
+    words (predicted with what the `lexical` cache learned)."""
     if plan.mode is Mode.VECTOR or plan.filters != Filters(kinds=plan.filters.kinds):
         return None  # of the filters, only kinds are ranked in process
     if plan.mode is Mode.HYBRID and (plan.fusion not in _HYBRID_FAST or plan.filters.kinds):
