@@ -45,10 +45,11 @@ def score_version(mode: Mode, fusion: Fusion, rrf_k: int, k1: float, b: float) -
     bm25 = f"bm25(k1={k1:g},b={b:g})"
     if mode is Mode.FTS:
         return f"{bm25}/v2"
-    return {
-        Fusion.SUM: f"sum(f,v/max(v)):cosine+{bm25}/v1",
-        Fusion.RRF: f"rrf(k={rrf_k}):cosine+{bm25}/v1",
-    }.get(fusion, f"max+0.3*min:cosine+{bm25}/v2")
+    if fusion is Fusion.SUM:
+        return f"sum(f,v/max(v)):cosine+{bm25}/v1"
+    if fusion is Fusion.RRF:
+        return f"rrf(k={rrf_k}):cosine+{bm25}/v1"
+    return f"max+0.3*min:cosine+{bm25}/v2"
 
 
 @dataclass(frozen=True)

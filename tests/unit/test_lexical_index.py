@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -46,14 +46,18 @@ def _draw(
     return scope, terms
 
 
-def test_places_of_other_documents_are_their_places_in_the_whole_list() -> None:
-    rng = random.Random(7)
+def _cases(seed: int) -> Iterator[tuple[random.Random, list[ProjectPostings], list[Term]]]:
+    """Up to 60 drawn scopes of up to 30 documents over a few words, with their terms."""
+    rng = random.Random(seed)
     words = ["ab", "abc", "abd", "b", "bc", "c"]
     for _ in range(60):
         drawn = _draw(rng, words, 30)
-        if drawn is None:
-            continue
-        scope, terms = drawn
+        if drawn is not None:
+            yield rng, *drawn
+
+
+def test_places_of_other_documents_are_their_places_in_the_whole_list() -> None:
+    for rng, scope, terms in _cases(7):
         strict_at = rng.choice([1, len(terms)])
         whole = rank(scope, terms, 1.2, 0.75, strict_at, True, 10_000)
         everyone = list(zip(whole.positions.tolist(), whole.documents.tolist(), strict=True))
@@ -78,13 +82,7 @@ def test_places_of_other_documents_are_their_places_in_the_whole_list() -> None:
 def test_by_score_the_first_rows_and_places_ignore_the_tiers() -> None:
     """SUM's reading: the whole list by score, then identity, whatever the tier; the tiers
     returned are still the documents' own, and the whole list's figures do not change."""
-    rng = random.Random(40)
-    words = ["ab", "abc", "abd", "b", "bc", "c"]
-    for _ in range(60):
-        drawn = _draw(rng, words, 30)
-        if drawn is None:
-            continue
-        scope, terms = drawn
+    for rng, scope, terms in _cases(40):
         strict_at = len(terms)
         tiered = rank(scope, terms, 1.2, 0.75, strict_at, True, 10_000)
         whole = rank(scope, terms, 1.2, 0.75, strict_at, True, 10_000, by_score=True)

@@ -197,10 +197,14 @@ scored AS (
            1 AS tier
     FROM vector_scores
 ),"""
-SCORED_HYBRID = """
+# Both linear fusions: f is BM25 over the largest of the whole matching set (`{top}`),
+# whatever its tier; v the vector similarity, 0 for a document the vector channel did not
+# find (v is at least min_similarity >= 0, so the largest v of the fused rows is the vector
+# channel's).
+_LINEAR = """
 fts_norm AS (
     SELECT project_id, kind, row_id, fts_score,
-           COALESCE(fts_score / NULLIF(max(fts_score) OVER (), 0.0), 0.0) AS f
+           COALESCE(fts_score / NULLIF({top}, 0.0), 0.0) AS f
     FROM fts
 ),
 channels AS (
@@ -214,46 +218,23 @@ fused AS (
     FROM channels GROUP BY project_id, kind, row_id
 ),
 scored AS (
-    SELECT project_id, kind, row_id,
-           GREATEST(v, f) + :fusion_bonus::float8 * LEAST(v, f) AS score, v, fts_score, f,
-           1 AS tier
+    SELECT project_id, kind, row_id, {score} AS score, v, fts_score, f, 1 AS tier
     FROM fused
 ),"""
-# Each channel's score relative to its best, summed: f (BM25 over the largest of the whole
-# matching set, whatever its tier) plus v over the largest similarity of the vector channel.
-# With the lexical cache (lexical_sql LEX_FAST), `fts` holds the first rows by score and the
-# vector channel's documents, and the whole list's top score is bound.
-_SUM = """
-fts_norm AS (
-    SELECT project_id, kind, row_id, fts_score,
-           COALESCE(fts_score / NULLIF({top}, 0.0), 0.0) AS f
-    FROM fts
-),
-vector_norm AS (
-    SELECT project_id, kind, row_id, v,
-           COALESCE(v / NULLIF(max(v) OVER (), 0.0), 0.0) AS rv
-    FROM vector_scores
-),
-channels AS (
-    SELECT project_id, kind, row_id, v, rv, 0.0::float8 AS fts_score, 0.0::float8 AS f
-    FROM vector_norm
-    UNION ALL
-    SELECT project_id, kind, row_id, 0.0::float8, 0.0::float8, fts_score, f FROM fts_norm
-),
-fused AS (
-    SELECT project_id, kind, row_id, max(v) AS v, max(rv) AS rv, max(fts_score) AS fts_score,
-           max(f) AS f
-    FROM channels GROUP BY project_id, kind, row_id
-),
-scored AS (
-    SELECT project_id, kind, row_id, f + rv AS score, v, fts_score, f, 1 AS tier
-    FROM fused
-),"""
-SCORED_SUM = _SUM.format(top="max(fts_score) OVER ()")
-SCORED_SUM_FAST = _SUM.format(
-    top="CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_top::float8"
-        " ELSE max(fts_score) OVER () END",
+_WHOLE_TOP = "max(fts_score) OVER ()"
+# With the lexical cache's ranking used, the whole list's top score is bound.
+_FAST_TOP = (
+    "CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_top::float8 ELSE max(fts_score) OVER () END"
 )
+SCORED_HYBRID = _LINEAR.format(
+    top=_WHOLE_TOP, score="GREATEST(v, f) + :fusion_bonus::float8 * LEAST(v, f)"
+)
+# SUM: each channel's score relative to its best, summed. With the lexical cache (lexical_sql
+# LEX_FAST), `fts` holds the first rows by score and the vector channel's documents, and the
+# whole list's top score is bound (_FAST_TOP).
+_SUM_SCORE = "f + COALESCE(v / NULLIF(max(v) OVER (), 0.0), 0.0)"
+SCORED_SUM = _LINEAR.format(top=_WHOLE_TOP, score=_SUM_SCORE)
+SCORED_SUM_FAST = _LINEAR.format(top=_FAST_TOP, score=_SUM_SCORE)
 # Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the
 # channels a document is in, ranks 1-based in each channel's own order (the FTS list's tiers
 # included), ties in a channel broken by identity so that ranks never depend on paging.
@@ -287,14 +268,10 @@ scored AS (
            max(fts_score) AS fts_score, max(f) AS f, 1 AS tier
     FROM channels GROUP BY project_id, kind, row_id
 ),"""
-SCORED_RRF = _RRF.format(top="max(fts_score) OVER ()", rank=_FTS_ORDER)
+SCORED_RRF = _RRF.format(top=_WHOLE_TOP, rank=_FTS_ORDER)
 # When the lexical cache's ranking may stand in for the lexical list (lexical_sql LEX_FAST):
 # its rows carry their places in the whole list, and the whole list's top score is bound.
-SCORED_RRF_FAST = _RRF.format(
-    top="CASE WHEN (SELECT ok FROM lex_fast) THEN :fast_top::float8"
-        " ELSE max(fts_score) OVER () END",
-    rank=f"COALESCE(place, {_FTS_ORDER})",
-)
+SCORED_RRF_FAST = _RRF.format(top=_FAST_TOP, rank=f"COALESCE(place, {_FTS_ORDER})")
 
 PAGE = """
 page AS MATERIALIZED (

@@ -277,7 +277,10 @@ SCORED_VECTOR = """
 scored AS MATERIALIZED (
     SELECT doc_id, v AS score, v, 0.0 AS fts_score, 0.0 AS f, 1 AS tier FROM vector_scores
 )"""
-SCORED_HYBRID = """
+# Both linear fusions: f is BM25 over the largest of the whole matching set, whatever its
+# tier; v the vector similarity, 0 for a document the vector channel did not find (v is at
+# least min_similarity >= 0, so the largest v of the fused rows is the vector channel's).
+_LINEAR = """
 fts_norm AS (
     SELECT doc_id, fts_score,
            COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f
@@ -293,37 +296,15 @@ fused AS (
     FROM channels GROUP BY doc_id
 ),
 scored AS MATERIALIZED (
-    SELECT doc_id, MAX(v, f) + :fusion_bonus * MIN(v, f) AS score, v, fts_score, f, 1 AS tier
+    SELECT doc_id, {score} AS score, v, fts_score, f, 1 AS tier
     FROM fused
 )"""
-# Each channel's score relative to its best, summed: f (as above: BM25 over the largest of
-# the whole matching set, whatever its tier) plus v over the largest similarity of the
-# vector channel. With the lexical cache, `fts` holds the first rows by score and the vector
-# channel's documents: the largest score is among them, and a document outside both cannot
-# reach the page (each of those first rows has at least its score).
-SCORED_SUM = """
-fts_norm AS (
-    SELECT doc_id, fts_score,
-           COALESCE(fts_score / NULLIF(MAX(fts_score) OVER (), 0.0), 0.0) AS f
-    FROM fts
-),
-vector_norm AS (
-    SELECT doc_id, v, COALESCE(v / NULLIF(MAX(v) OVER (), 0.0), 0.0) AS rv
-    FROM vector_scores
-),
-channels AS (
-    SELECT doc_id, v, rv, 0.0 AS fts_score, 0.0 AS f FROM vector_norm
-    UNION ALL
-    SELECT doc_id, 0.0, 0.0, fts_score, f FROM fts_norm
-),
-fused AS (
-    SELECT doc_id, MAX(v) AS v, MAX(rv) AS rv, MAX(fts_score) AS fts_score, MAX(f) AS f
-    FROM channels GROUP BY doc_id
-),
-scored AS MATERIALIZED (
-    SELECT doc_id, f + rv AS score, v, fts_score, f, 1 AS tier
-    FROM fused
-)"""
+SCORED_HYBRID = _LINEAR.format(score="MAX(v, f) + :fusion_bonus * MIN(v, f)")
+# SUM: each channel's score relative to its best, summed. With the lexical cache, `fts`
+# holds the first rows by score and the vector channel's documents: the largest score is
+# among them, and a document outside both cannot reach the page (each of those first rows
+# has at least its score).
+SCORED_SUM = _LINEAR.format(score="f + COALESCE(v / NULLIF(MAX(v) OVER (), 0.0), 0.0)")
 # Reciprocal rank fusion of the two channels' whole lists: 1 / (k + rank) summed over the
 # channels a document is in, ranks 1-based in each channel's own order (the FTS list's tiers
 # included), ties in a channel broken by identity so that ranks never depend on paging.
