@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from service.deadlines import within
 from service.errors import DeadlineExceeded, ResourceExhausted
 
 # Streams whose messages may be large (pages of documents): their production is gated.
@@ -81,7 +82,7 @@ class StreamBudget:
         `unstall`) and StreamStalled (DEADLINE_EXCEEDED) ends the call."""
         timeout = self.limits.write_timeout
         try:
-            async with asyncio.timeout(timeout):  # no task per message, as wait_for makes
+            async with within(timeout):  # no task per message, as wait_for makes
                 await write
         except TimeoutError:
             self._stalled[tenant] = self._stalled.get(tenant, 0) + size

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import httpx
 
 from service import tracing
+from service.deadlines import within
 from service.workspace import http1
 from service.workspace.error_bodies import MAX_ERROR_BODY, secrets_of
 from service.workspace.http_wire import (
@@ -163,7 +164,7 @@ class AccountSession:
     ) -> JsonResponse:
         """One request, mapped: a usable 2xx JSON answer or a ProviderError.
 
-        No timer of its own: `HttpClient.request` bounds it (asyncio.timeout).
+        No timer of its own: `HttpClient.request` bounds it (service.deadlines.within).
         """
         merged = {"Accept": "application/json", **(headers or {})}
         merged["Authorization"] = self.credential.authorization
@@ -340,7 +341,7 @@ class HttpClient:
         try:
             async with (
                 tracing.provider_request(self._session.account.provider.value, method),
-                asyncio.timeout(timeout),
+                within(timeout),
             ):
                 return await send()
         except TimeoutError:
@@ -390,7 +391,7 @@ class HttpClient:
         try:
             # Calls share the lock: waiting for another call's fetch counts against this
             # query's deadline, so a provider that hangs cannot queue every call behind it.
-            async with asyncio.timeout(self._timeout()):
+            async with within(self._timeout()):
                 await lock.acquire()
         except TimeoutError:
             raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None

@@ -12,7 +12,7 @@ does only what those exchanges need:
   dropped, so an error body can still be read for its reason while a 2xx one is refused;
 - never a resend: a request that fails on a reused connection fails (each request counts
   against a query's budget exactly once; paging retries it);
-- no timers: the caller bounds every request (asyncio.timeout); a cancelled or failed
+- no timers: the caller bounds every request (service.deadlines.within); a cancelled or failed
   exchange closes its connection, which is never reused;
 - no proxies, no cookies, no redirects, no content codings (no `Accept-Encoding` is sent).
 

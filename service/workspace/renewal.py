@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from service.deadlines import within
 from service.workspace.model import Account, Credentials, ProviderError, ProviderId, QueryState
 from service.workspace.pool import auth_header
 
@@ -106,7 +107,7 @@ class SessionCredential:
 
 async def _bounded(seconds: float, work: Awaitable[T]) -> T:
     try:
-        async with asyncio.timeout(seconds):
+        async with within(seconds):
             return await work
     except TimeoutError:
         raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
