@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.servers import ServerSpec, TimingObserver, build_overrides
+from service.runtime import tune_collector
 
 
 async def _loop(observer: TimingObserver, extra: dict[str, Callable[[], Any]]) -> None:
@@ -60,6 +61,7 @@ async def _workspace(data_dir: Path, urls: str) -> None:
 
     server = WorkspaceServer(data_dir, urls)
     await server.start()
+    tune_collector()  # as service.server.serve does once the server is up
     await _run(server.port, server.observer, {"fusion": server.clock.take}, server.close)
 
 

@@ -34,6 +34,7 @@ from service.keys import load_key
 from service.memory import cache_budget
 from service.ranking.tokens import TokenSigner
 from service.ratelimit import TenantRateLimiter
+from service.runtime import tune_collector
 from service.settings import Settings, SettingsError, replica_urls
 
 log = logging.getLogger("search.server")
@@ -433,6 +434,7 @@ async def serve(settings: Settings, *, ready: Callable[[App], None] | None = Non
     """Run until SIGTERM/SIGINT, then drain and exit 0."""
     app = await build_app(settings)
     await app.start()
+    tune_collector()  # what start-up built is kept for the process's life
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
