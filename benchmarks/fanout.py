@@ -104,13 +104,15 @@ class Driver:
 
 
 class _World:
-    """Fakes and server in two child processes, or both on this event loop."""
+    """Fakes and server in two child processes (`separate`: one child per fake provider,
+    as providers are separate services), or both on this event loop."""
 
-    def __init__(self, inprocess: bool) -> None:
+    def __init__(self, inprocess: bool, *, separate: bool = False) -> None:
         self.inprocess = inprocess
+        self.separate = separate
         self.fakes: Fakes | None = None
         self.server: WorkspaceServer | None = None
-        self.fakes_child: ChildServer | None = None
+        self.fakes_children: list[ChildServer] = []
         self.server_child: ChildServer | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="search-fanout-")
 
@@ -121,9 +123,11 @@ class _World:
             self.server = WorkspaceServer(Path(self._dir.name), self.fakes.urls)
             await self.server.start()
             return f"127.0.0.1:{self.server.port}"
-        self.fakes_child = await ChildServer.spawn("--fakes", str(LATENCY))
-        self.server_child = await ChildServer.spawn("--workspace", self._dir.name,
-                                                    self.fakes_child.info)
+        each = [(name,) for name in PROVIDERS] if self.separate else [()]
+        self.fakes_children = list(await asyncio.gather(
+            *(ChildServer.spawn("--fakes", str(LATENCY), *only) for only in each)))
+        urls = ",".join(child.info for child in self.fakes_children)
+        self.server_child = await ChildServer.spawn("--workspace", self._dir.name, urls)
         return self.server_child.target
 
     async def timings(self) -> list[Timing]:
@@ -144,18 +148,20 @@ class _World:
         if self.inprocess:
             return {"server": driver, "fakes": 0.0, "driver": 0.0}
         assert self.server_child is not None
-        assert self.fakes_child is not None
-        return {"server": _child_cpu(self.server_child), "fakes": _child_cpu(self.fakes_child),
+        return {"server": _child_cpu(self.server_child),
+                "fakes": sum(_child_cpu(child) for child in self.fakes_children),
                 "driver": driver}
 
     async def requests(self) -> dict[str, int]:
         if self.fakes is not None:
             return self.fakes.take_requests()
-        assert self.fakes_child is not None
-        return await self.fakes_child.take_requests()
+        counted: dict[str, int] = {}
+        for child in self.fakes_children:
+            counted.update(await child.take_requests())
+        return counted
 
     async def close(self) -> None:
-        for part in (self.server, self.fakes, self.server_child, self.fakes_child):
+        for part in (self.server, self.fakes, self.server_child, *self.fakes_children):
             if part is not None:
                 await part.close()
         self._dir.cleanup()
@@ -254,6 +260,8 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
         await world.close()
     data = _rows(full, full_server, fusion, alone, busy_rows, searches)
     data["rows"].insert(1, _in_page_row(in_page, in_page_server, data["rows"][0]))
+    if not inprocess:
+        data["rows"][2:2] = await separate_fakes(searches)
     data["cpu_ms_per_search"] = cpu
     data["cpu_ms_per_search_in_page"] = in_page_cpu
     data["http_requests_per_search"] = {
@@ -264,6 +272,46 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
         + "; ".join(f"{row[0]} callers {_fmt(row[4])}" for row in busy_rows)
         + f"; HTTP requests per search {sum(requests.values()) / max(1, searches):.1f}")
     return data
+
+
+async def separate_fakes(searches: int) -> list[dict[str, Any]]:
+    """The sequential rows again with each fake provider in a process of its own.
+
+    Real providers do not share one event loop: with all eight fakes in one process, the
+    first round's 32 answers are produced one after another, and Gmail's second request (the
+    slowest provider's) waits behind them. Here only the machine's two cores are shared.
+    """
+    world = _World(False, separate=True)
+    try:
+        async with grpc.aio.insecure_channel(await world.start()) as channel:
+            driver = Driver(channel)
+            await driver.connect_all()
+            every = [q for name in PROVIDERS for q in queries_for(name)]
+            await _sequential(driver, every, min(5, searches))
+            await world.timings()
+            series = []
+            for delivery in (wpb.STATUS_DELIVERY_STREAMED, wpb.STATUS_DELIVERY_IN_PAGE):
+                outcome = await _sequential(driver, every, searches, delivery)
+                series.append((outcome, await _server_times(world)))
+            alone = {name: summarize((await _sequential(
+                driver, queries_for(name), max(2, searches // 4))).client)["p50_ms"]
+                for name in PROVIDERS}
+    finally:
+        await world.close()
+    slowest = max(alone.values())
+    rows = []
+    for (outcome, server), label in zip(series, ("", ", statuses in the page"), strict=True):
+        client = summarize(outcome.client)
+        rows.append({"case": f"8 accounts x 4 queries, one call at a time{label}, one process "
+                             "per fake provider",
+                     "client": client, "server": summarize(server),
+                     "slowest_provider_ms": slowest,
+                     "p50_minus_slowest_ms": client["p50_ms"] - slowest, "concurrency": 1,
+                     "states": dict(outcome.states)})
+        log(f"fanout: one process per fake provider{label}: p50 {client['p50_ms']:.1f} ms "
+            f"({client['p50_ms'] - slowest:+.1f} ms against the slowest provider alone, "
+            f"{max(alone, key=lambda n: alone[n])} {slowest:.1f} ms)")
+    return rows
 
 
 def _in_page_row(outcome: Outcome, server: list[float], streamed: dict[str, Any]

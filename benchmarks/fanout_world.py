@@ -116,17 +116,21 @@ def seed(fakes: FakeProviders) -> None:
 
 
 class Fakes:
-    """The eight fake providers, seeded, each answering after `latency` seconds."""
+    """The fake providers (all, or only the one named), seeded, each answering after
+    `latency` seconds."""
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, only: str | None = None) -> None:
         self.latency = latency
         self.fakes = FakeProviders(FakeGitHub(), FakeGitLab(), FakeSlack(), FakeDrive(),
                                    FakeGmail(), FakeCalendar(), FakeJira(), FakeConfluence())
+        self.serving = [f for f in self.fakes.all() if only is None or f.name == only]
+        if not self.serving:
+            raise ValueError(f"no fake provider named {only!r}")
         self._seen: dict[str, int] = {}
 
     async def start(self) -> None:
         """Listen on loopback and seed every corpus."""
-        for fake in self.fakes.all():
+        for fake in self.serving:
             await fake.server.start()
             fake.server.latency = self.latency
         seed(self.fakes)
@@ -134,18 +138,18 @@ class Fakes:
     @property
     def urls(self) -> str:
         """`name=url,...` for SEARCH_PROVIDER_BASE_URLS-style overrides."""
-        return ",".join(f"{f.name}={f.base_url}" for f in self.fakes.all())
+        return ",".join(f"{f.name}={f.base_url}" for f in self.serving)
 
     def take_requests(self) -> dict[str, int]:
         """HTTP requests each fake served since the last take."""
-        now = {fake.name: sum(fake.requests.values()) for fake in self.fakes.all()}
+        now = {fake.name: sum(fake.requests.values()) for fake in self.serving}
         delta = {name: count - self._seen.get(name, 0) for name, count in now.items()}
         self._seen = now
         return delta
 
     async def close(self) -> None:
         """Stop listening."""
-        for fake in self.fakes.all():
+        for fake in self.serving:
             await fake.server.stop()
 
 

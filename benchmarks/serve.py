@@ -1,7 +1,8 @@
 """Child process of the benchmarks: a real server plus a stdin/stdout line protocol.
 
 `python -m benchmarks.serve SPEC_JSON` runs the service (`build_app`) for a ServerSpec;
-`--fakes LATENCY` runs the fake providers (`READY 0 <name=url,...>`), `--workspace DATA_DIR
+`--fakes LATENCY [NAME]` runs the fake providers, or only the one named (`READY 0
+<name=url,...>`), `--workspace DATA_DIR
 URLS` the workspace servicers against them. Prints `READY <port>`, then answers `timings`
 (a JSON list of [method, code, seconds] finished since the last request), `fusion` and
 `requests` (fan-out: seconds spent fusing, HTTP requests per fake provider, since the last
@@ -47,10 +48,10 @@ async def _serve(spec: ServerSpec) -> None:
     await _run(app.port, observer, {}, lambda: app.stop(grace=0))
 
 
-async def _fakes(latency: float) -> None:
+async def _fakes(latency: float, only: str | None) -> None:
     from benchmarks.fanout_world import Fakes
 
-    fakes = Fakes(latency)
+    fakes = Fakes(latency, only)
     await fakes.start()
     await _run(0, TimingObserver(), {"requests": fakes.take_requests}, fakes.close,
                info=fakes.urls)
@@ -78,7 +79,7 @@ def main() -> None:
     """Entry point."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if sys.argv[1] == "--fakes":
-        asyncio.run(_fakes(float(sys.argv[2])))
+        asyncio.run(_fakes(float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None))
     elif sys.argv[1] == "--workspace":
         asyncio.run(_workspace(Path(sys.argv[2]), sys.argv[3]))
     else:

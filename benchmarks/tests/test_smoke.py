@@ -189,6 +189,17 @@ async def test_fanout_reports_every_provider_and_fusion_cost() -> None:
     assert concurrent["searches_per_s"] > 0
 
 
+async def test_fanout_with_one_process_per_fake_provider() -> None:
+    """The separate-fakes rows: eight fake children, every provider answering, p50 - slowest."""
+    streamed, in_page = await fanout.separate_fakes(2)
+    for row in (streamed, in_page):
+        assert row["client"]["n"] == 2
+        assert row["slowest_provider_ms"] > 0
+        assert set(row["states"]) == {"QUERY_STATE_OK"}
+        assert row["p50_minus_slowest_ms"] == row["client"]["p50_ms"] - row["slowest_provider_ms"]
+    assert "statuses in the page" in in_page["case"]
+
+
 async def test_a_failing_benchmark_is_recorded_and_the_rest_still_runs(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "all", "", wanted=("relevance",),
                  collection=tmp_path / "not-a-beir-folder")
