@@ -69,9 +69,11 @@ class _LoopDeadlines:
         self._armed_for = when
 
     def _fire(self) -> None:
+        # The loop runs a timer within its clock resolution of the time it was armed for:
+        # whatever was due then is due now (no re-arm for the same instant).
+        now = max(self.loop.time(), self._armed_for)
         self._timer = None
         self._armed_for = math.inf
-        now = self.loop.time()
         heap = self._heap
         while heap and (heap[0][0] <= now or heap[0][2].state != _OPEN):
             entry = heapq.heappop(heap)[2]

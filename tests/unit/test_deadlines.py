@@ -135,3 +135,34 @@ async def test_an_expiry_together_with_an_outside_cancellation_propagates_cancel
     loop.call_at(when, task.cancel)  # due in the same loop iteration as the expiry
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_a_timer_the_loop_runs_early_still_expires_the_scope_it_was_armed_for() -> None:
+    """asyncio runs a timer up to its clock resolution before the time it was armed for;
+    the scope due then must expire, not wait for another timer at the same instant."""
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def scenario() -> None:
+            entered = asyncio.Event()
+
+            async def body() -> None:
+                async with within(5):
+                    entered.set()
+                    await asyncio.sleep(10)
+
+            task = asyncio.create_task(body())
+            await entered.wait()
+            shared = deadlines._by_loop[loop]
+            assert shared._timer is not None
+            shared._timer.cancel()
+            fired = loop.time()
+            shared._fire()  # as the loop does for a timer it finds due (5 s "early" here)
+            with pytest.raises(TimeoutError):
+                await task
+            assert loop.time() - fired < 1  # at once, not at the deadline's real time
+            assert shared._open == 0
+
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
