@@ -45,6 +45,7 @@ async def _serve(spec: ServerSpec) -> None:
     overrides = await build_overrides(spec, observer)
     app = await build_app(Settings.from_mapping(spec.env()), **overrides)
     await app.start()
+    tune_collector()  # as service.server.serve does once the server is up
     await _run(app.port, observer, {}, lambda: app.stop(grace=0))
 
 

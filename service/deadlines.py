@@ -51,10 +51,10 @@ class _LoopDeadlines:
         entry = _Entry(task)
         heapq.heappush(self._heap, (when, next(self._order), entry))
         self._open += 1
+        if len(self._heap) > 2 * self._open + 256:
+            self._compact()
         if when < self._armed_for:
             self._arm(when)
-        elif len(self._heap) > 2 * self._open + 256:
-            self._compact()
         return entry
 
     def close(self, entry: _Entry) -> None:

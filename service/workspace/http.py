@@ -39,7 +39,14 @@ from service.workspace.http_wire import (
 from service.workspace.limits import AccountLimits, resource_of
 from service.workspace.model import Account, Credentials, ProviderError, QueryState
 from service.workspace.pool import BASIC_AUTH_PROVIDERS, AccountPool
-from service.workspace.renewal import Renewer, SessionCredential, expired_in_body, send_renewing
+from service.workspace.renewal import (
+    TIMEOUT_MESSAGE,
+    Renewer,
+    SessionCredential,
+    bounded,
+    expired_in_body,
+    send_renewing,
+)
 from service.workspace.statuses import rate_limited_error, retry_after_seconds, status_error
 
 __all__ = [
@@ -57,7 +64,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BUDGET_MESSAGE = "request budget reached; narrow the query"
-TIMEOUT_MESSAGE = "provider search timed out; narrow the query"
 
 
 def _target(url: str) -> str:
@@ -388,13 +394,9 @@ class HttpClient:
         if cached is not None:
             return cached
         lock = self._session.memo_lock(key)
-        try:
-            # Calls share the lock: waiting for another call's fetch counts against this
-            # query's deadline, so a provider that hangs cannot queue every call behind it.
-            async with within(self._timeout()):
-                await lock.acquire()
-        except TimeoutError:
-            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
+        # Calls share the lock: waiting for another call's fetch counts against this query's
+        # deadline, so a provider that hangs cannot queue every call behind it.
+        await bounded(self._timeout(), lock.acquire())
         try:
             cached = self._session.memo_get(key)
             if cached is not None:

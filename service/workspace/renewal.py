@@ -16,7 +16,14 @@ from service.deadlines import within
 from service.workspace.model import Account, Credentials, ProviderError, ProviderId, QueryState
 from service.workspace.pool import auth_header
 
-__all__ = ["REFUSED_AFTER_REFRESH", "Renewer", "SessionCredential", "send_renewing"]
+__all__ = [
+    "REFUSED_AFTER_REFRESH",
+    "TIMEOUT_MESSAGE",
+    "Renewer",
+    "SessionCredential",
+    "bounded",
+    "send_renewing",
+]
 
 REFUSED_AFTER_REFRESH = (
     "provider refused the credentials again right after a refresh; reconnect the account"
@@ -105,7 +112,8 @@ class SessionCredential:
         self.authorization = auth_header(self._account.provider, fresh)
 
 
-async def _bounded(seconds: float, work: Awaitable[T]) -> T:
+async def bounded(seconds: float, work: Awaitable[T]) -> T:
+    """`work` within `seconds`; past them the query is TIMED_OUT."""
     try:
         async with within(seconds):
             return await work
@@ -122,17 +130,17 @@ async def send_renewing(
 ) -> T:
     """`send()` with the credential renewed when due, and once more after a refusal."""
     if credential.can_renew:  # others keep their exact old order: budget, then deadline
-        await _bounded(time_left(), credential.ensure_fresh())
+        await bounded(time_left(), credential.ensure_fresh())
     sent = credential.authorization
     try:
         answer = await send()
     except ProviderError as error:
-        if not (error.refresh and await _bounded(time_left(), credential.renew_refused(sent))):
+        if not (error.refresh and await bounded(time_left(), credential.renew_refused(sent))):
             raise
     else:
         if not (
             credential.can_renew and expired(answer)
-            and await _bounded(time_left(), credential.renew_refused(sent))
+            and await bounded(time_left(), credential.renew_refused(sent))
         ):
             return answer
     try:

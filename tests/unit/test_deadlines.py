@@ -17,6 +17,20 @@ def _timers(loop: asyncio.AbstractEventLoop) -> int:
     return sum(1 for handle in scheduled if not handle.cancelled())
 
 
+async def _waiting_within(seconds: float) -> asyncio.Task[None]:
+    """A task blocked inside `within(seconds)` (it would sleep a minute)."""
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with within(seconds):
+            entered.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    return task
+
+
 async def test_a_block_past_its_deadline_raises_timeout_error() -> None:
     started = asyncio.get_running_loop().time()
     with pytest.raises(TimeoutError):
@@ -41,15 +55,7 @@ async def test_a_deadline_already_past_cancels_at_the_next_await() -> None:
 
 
 async def test_a_cancellation_from_outside_propagates_as_cancellation() -> None:
-    entered = asyncio.Event()
-
-    async def body() -> None:
-        async with within(10):
-            entered.set()
-            await asyncio.sleep(10)
-
-    task = asyncio.create_task(body())
-    await entered.wait()
+    task = await _waiting_within(10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -117,19 +123,28 @@ async def test_scopes_share_one_timer_and_closed_ones_do_not_pile_up() -> None:
     assert len(shared._heap) <= 2 * shared._open + 257
 
 
+def test_closed_scopes_do_not_pile_up_when_each_deadline_is_earlier() -> None:
+    """Every scope re-arms the timer (its deadline is the earliest yet): still bounded."""
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def scopes() -> None:
+            for i in range(3000):
+                async with within(5 - i * 0.001):
+                    pass
+
+        loop.run_until_complete(scopes())
+        shared = deadlines._by_loop[loop]
+        assert len(shared._heap) <= 2 * shared._open + 257
+    finally:
+        loop.close()
+
+
 async def test_an_expiry_together_with_an_outside_cancellation_propagates_cancellation() -> None:
     """As asyncio.timeout: when the task is also cancelled from outside, the caller's
     cancellation wins over the scope's timeout."""
     loop = asyncio.get_running_loop()
-    entered = asyncio.Event()
-
-    async def body() -> None:
-        async with within(0.05):
-            entered.set()
-            await asyncio.sleep(5)
-
-    task = asyncio.create_task(body())
-    await entered.wait()
+    task = await _waiting_within(0.05)
     shared = deadlines._by_loop[loop]
     when = max(item[0] for item in shared._heap if item[2].task is task)
     loop.call_at(when, task.cancel)  # due in the same loop iteration as the expiry
@@ -144,15 +159,7 @@ def test_a_timer_the_loop_runs_early_still_expires_the_scope_it_was_armed_for() 
     try:
 
         async def scenario() -> None:
-            entered = asyncio.Event()
-
-            async def body() -> None:
-                async with within(5):
-                    entered.set()
-                    await asyncio.sleep(10)
-
-            task = asyncio.create_task(body())
-            await entered.wait()
+            task = await _waiting_within(5)
             shared = deadlines._by_loop[loop]
             assert shared._timer is not None
             shared._timer.cancel()
