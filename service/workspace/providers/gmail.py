@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from service.workspace.http import HttpClient, RawResponse, status_error
+from service.workspace.http_wire import loads
 from service.workspace.model import (
     Kind,
     NativeDocument,
@@ -175,8 +175,8 @@ def part_outcome(part: BatchPart, *, now: float) -> Outcome:
     if not 200 <= part.status < 300:
         return part_error(part, now=now)
     try:
-        data = json.loads(part.body)
-    except (ValueError, UnicodeDecodeError):
+        data = loads(part.body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return _garbled()
     return data if isinstance(data, dict) else _garbled()
 
