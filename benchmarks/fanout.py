@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from benchmarks.fanout_baseline import measure_reference
+from benchmarks.fanout_floor import measure_floor
 from benchmarks.fanout_world import WORDS, Fakes, WorkspaceServer
 from benchmarks.servers import ChildServer, Timing
 from benchmarks.stats import summarize
@@ -115,6 +116,7 @@ class _World:
         self.fakes_children: list[ChildServer] = []
         self.server_child: ChildServer | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="search-fanout-")
+        self.workdir = self._dir.name
 
     async def start(self) -> str:
         if self.inprocess:
@@ -127,7 +129,7 @@ class _World:
         self.fakes_children = list(await asyncio.gather(
             *(ChildServer.spawn("--fakes", str(LATENCY), *only) for only in each)))
         urls = ",".join(child.info for child in self.fakes_children)
-        self.server_child = await ChildServer.spawn("--workspace", self._dir.name, urls)
+        self.server_child = await ChildServer.spawn("--workspace", self.workdir, urls)
         return self.server_child.target
 
     async def timings(self) -> list[Timing]:
@@ -244,6 +246,13 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
             in_page_server = await _server_times(world)
             await world.fusion_seconds()
             await world.requests()
+            floor = None if inprocess else await measure_floor(
+                world.fakes_children[0], driver.stub,
+                wpb.SearchWorkspaceRequest(queries=every, top_k=TOP_K), searches,
+                Path(world.workdir), LATENCY / 2)
+            await world.timings()
+            await world.fusion_seconds()
+            await world.requests()
             alone = {}
             for name in PROVIDERS:
                 alone[name] = summarize(
@@ -264,6 +273,12 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
         data["rows"][2:2] = await separate_fakes(searches)
     data["cpu_ms_per_search"] = cpu
     data["cpu_ms_per_search_in_page"] = in_page_cpu
+    if floor is not None:
+        data["floor"] = floor
+        log(f"fanout: the I/O floor (the same provider requests and stream, no search logic): "
+            f"server CPU ms per search {floor['cpu_ms_per_search']['streamed']:.1f} streamed, "
+            f"{floor['cpu_ms_per_search']['in_page']:.1f} IN_PAGE ({floor['exchanges']} "
+            f"requests in {len(floor['waves'])} waves)")
     data["http_requests_per_search"] = {
         name: count / max(1, searches) for name, count in requests.items()}
     log(f"fanout: searches/s per server core {1000 / max(1e-9, cpu['server']):.1f} streamed, "

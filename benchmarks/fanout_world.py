@@ -11,6 +11,7 @@ fusion entry points the pager calls (outermost call only, so nested calls count 
 
 from __future__ import annotations
 
+import base64
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -127,6 +128,7 @@ class Fakes:
         if not self.serving:
             raise ValueError(f"no fake provider named {only!r}")
         self._seen: dict[str, int] = {}
+        self._logged: dict[str, int] = {}
 
     async def start(self) -> None:
         """Listen on loopback and seed every corpus."""
@@ -146,6 +148,18 @@ class Fakes:
         delta = {name: count - self._seen.get(name, 0) for name, count in now.items()}
         self._seen = now
         return delta
+
+    def take_exchanges(self) -> list[list[Any]]:
+        """The HTTP requests the fakes read since the last take, in arrival order, as JSON:
+        [provider, method, target, [[header, value], ...], base64 body, monotonic seconds]."""
+        taken = []
+        for fake in self.serving:
+            log = fake.server.log
+            taken += [[fake.name, r.method, r.target, sorted(r.headers.items()),
+                       base64.b64encode(r.body).decode(), r.received]
+                      for r in log[self._logged.get(fake.name, 0):]]
+            self._logged[fake.name] = len(log)
+        return sorted(taken, key=lambda exchange: exchange[5])
 
     async def close(self) -> None:
         """Stop listening."""

@@ -168,8 +168,32 @@ def render_fanout(data: Any) -> str:
     parts.append(f"Query states over the sequential searches: {data.get('states')}; "
                  f"mean fused results per call: {fmt(data.get('mean_results'))}.")
     parts.extend(_fanout_cpu(data))
+    parts.extend(_fanout_floor(data))
     parts.extend(_fanout_baseline(data))
     return "\n\n".join(parts)
+
+
+def _fanout_floor(data: Any) -> list[str]:
+    """The server's CPU beside the I/O floor (benchmarks.fanout_floor)."""
+    floor = data.get("floor")
+    if not floor:
+        return []
+    base = (data.get("baseline") or {}).get("cpu_ms_per_search", {}).get("server")
+    rows = []
+    for name, label, server in (
+            ("streamed", "streamed", data.get("cpu_ms_per_search", {}).get("server")),
+            ("in_page", "statuses in the page", data.get("cpu_ms_per_search_in_page", {})
+             .get("server"))):
+        low = floor["cpu_ms_per_search"].get(name)
+        rows.append([label, fmt(server, 1), fmt(low, 1),
+                     fmt(server - low, 1) if server is not None and low is not None else "-",
+                     f"{low / base:.2f}x" if low is not None and base else "-"])
+    return [f"The I/O floor: a server that only replays the {floor['exchanges']} provider "
+            f"requests of one search (in {len(floor['waves'])} waves, with the service's HTTP "
+            "client and JSON decoding) and sends the stream the real server sent, with no "
+            "search logic. Server CPU ms per search:",
+            table(["statuses", "server", "I/O floor", "search logic (server - floor)",
+                   "floor / baseline server"], rows)]
 
 
 def _fanout_baseline(data: Any) -> list[str]:

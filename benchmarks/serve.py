@@ -3,10 +3,11 @@
 `python -m benchmarks.serve SPEC_JSON` runs the service (`build_app`) for a ServerSpec;
 `--fakes LATENCY [NAME]` runs the fake providers, or only the one named (`READY 0
 <name=url,...>`), `--workspace DATA_DIR
-URLS` the workspace servicers against them. Prints `READY <port>`, then answers `timings`
-(a JSON list of [method, code, seconds] finished since the last request), `fusion` and
-`requests` (fan-out: seconds spent fusing, HTTP requests per fake provider, since the last
-request), and stops on `stop` or end of input.
+URLS` the workspace servicers against them, `--floor RECORDING URLS` the fan-out's I/O floor
+(benchmarks.fanout_floor). Prints `READY <port>`, then answers `timings` (a JSON list of
+[method, code, seconds] finished since the last request), `fusion`, `requests` and
+`exchanges` (fan-out: seconds spent fusing, HTTP requests per fake provider, the requests
+themselves, since the last request), and stops on `stop` or end of input.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ async def _fakes(latency: float, only: str | None) -> None:
 
     fakes = Fakes(latency, only)
     await fakes.start()
-    await _run(0, TimingObserver(), {"requests": fakes.take_requests}, fakes.close,
-               info=fakes.urls)
+    await _run(0, TimingObserver(),
+               {"requests": fakes.take_requests, "exchanges": fakes.take_exchanges},
+               fakes.close, info=fakes.urls)
 
 
 async def _workspace(data_dir: Path, urls: str) -> None:
@@ -65,6 +67,14 @@ async def _workspace(data_dir: Path, urls: str) -> None:
     await server.start()
     tune_collector()  # as service.server.serve does once the server is up
     await _run(server.port, server.observer, {"fusion": server.clock.take}, server.close)
+
+
+async def _floor(recording: Path, urls: str) -> None:
+    from benchmarks.fanout_floor import serve_floor
+
+    floor = await serve_floor(recording, urls)
+    tune_collector()  # as the workspace child does
+    await _run(floor.port, TimingObserver(), {}, floor.close)
 
 
 async def _run(port: int, observer: TimingObserver, extra: dict[str, Callable[[], Any]],
@@ -83,6 +93,8 @@ def main() -> None:
         asyncio.run(_fakes(float(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None))
     elif sys.argv[1] == "--workspace":
         asyncio.run(_workspace(Path(sys.argv[2]), sys.argv[3]))
+    elif sys.argv[1] == "--floor":
+        asyncio.run(_floor(Path(sys.argv[2]), sys.argv[3]))
     else:
         asyncio.run(_serve(ServerSpec.from_json(sys.argv[1])))
 

@@ -222,6 +222,12 @@ class ChildServer:
         counts: dict[str, int] = json.loads(await self._command("requests"))
         return counts
 
+    async def take_exchanges(self) -> list[list[Any]]:
+        """Fan-out fakes child only: the requests read since the last take
+        (`Fakes.take_exchanges`)."""
+        exchanges: list[list[Any]] = json.loads(await self._command("exchanges"))
+        return exchanges
+
     async def close(self) -> None:
         """Ask the child to stop; kill it if it does not within 30 s."""
         if self._process.returncode is not None:

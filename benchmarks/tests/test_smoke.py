@@ -10,14 +10,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
-from benchmarks import fanout, index, relevance, report, results
+from benchmarks import fanout, fanout_floor, index, relevance, report, results
 from benchmarks.__main__ import build_parser
 from benchmarks.load import run_step
 from benchmarks.measure import Query
 from benchmarks.plan import Plan, Sizes, run_plan
 from benchmarks.workbench import Options, Workbench
+from search_client.pb.search.v1 import workspace_search_pb2 as wpb
+from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
 
 pytestmark = [pytest.mark.postgres]
 MODES = {"fts", "vector", "hybrid"}
@@ -198,6 +201,43 @@ async def test_fanout_with_one_process_per_fake_provider() -> None:
         assert set(row["states"]) == {"QUERY_STATE_OK"}
         assert row["p50_minus_slowest_ms"] == row["client"]["p50_ms"] - row["slowest_provider_ms"]
     assert "statuses in the page" in in_page["case"]
+
+
+async def test_the_fanout_floor_replays_a_search_and_sends_its_stream(tmp_path: Path) -> None:
+    """The I/O floor: one real search's provider requests in waves (Gmail's batch reads after
+    its lists), each replay answered, the recorded stream sent back message for message; then
+    its CPU measured in a child per delivery."""
+    world = fanout._World(False)
+    try:
+        async with grpc.aio.insecure_channel(await world.start()) as channel:
+            driver = fanout.Driver(channel)
+            await driver.connect_all()
+            every = [q for name in fanout.PROVIDERS for q in fanout.queries_for(name)]
+            request = wpb.SearchWorkspaceRequest(queries=every, top_k=fanout.TOP_K)
+            fakes = world.fakes_children[0]
+            recording = await fanout_floor.record(fakes, driver.stub, request, fanout.LATENCY / 2)
+            floor = fanout_floor.FloorServer(recording, fakes.info)
+            await floor.start()
+            try:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{floor.port}") as replay:
+                    stub = wgrpc.WorkspaceSearchServiceStub(replay)
+                    request.status_delivery = wpb.STATUS_DELIVERY_STREAMED
+                    sent = [m async for m in stub.SearchWorkspace(request, timeout=30)]
+                    assert await fakes.take_exchanges()  # it did ask the providers
+            finally:
+                await floor.close()
+            measured = await fanout_floor.measure_floor(
+                fakes, driver.stub, request, 2, tmp_path, fanout.LATENCY / 2)
+    finally:
+        await world.close()
+    assert [len(wave) for wave in floor.waves] == measured["waves"]
+    assert len(floor.waves) == 2
+    assert {e.target.split("/")[1] for e in floor.waves[1]} == {"batch"}
+    assert sum(measured["waves"]) == measured["exchanges"] >= 32
+    streamed = floor.messages[wpb.STATUS_DELIVERY_STREAMED]
+    assert sent == streamed
+    assert sum(m.HasField("query_status") for m in streamed) == len(every)
+    assert set(measured["cpu_ms_per_search"]) == {"streamed", "in_page"}
 
 
 async def test_a_failing_benchmark_is_recorded_and_the_rest_still_runs(tmp_path: Path) -> None:

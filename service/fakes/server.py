@@ -14,6 +14,7 @@ import functools
 import json
 import socket
 import struct
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class Request:
     target: str
     headers: dict[str, str]
     body: bytes
+    received: float = field(default_factory=time.monotonic)  # when it was read (monotonic)
 
     # Parsed once per request (handlers read several parameters; benchmarks send thousands).
     @functools.cached_property
