@@ -60,7 +60,8 @@ class StreamBudget:
         if permits is None:
             permits = self._permits[tenant] = asyncio.Semaphore(self.limits.messages_per_tenant)
         try:
-            await asyncio.wait_for(permits.acquire(), self.limits.write_timeout)
+            async with within(self.limits.write_timeout):  # no task per message (wait_for's)
+                await permits.acquire()
         except TimeoutError:
             raise ResourceExhausted(
                 f"this tenant's other streams hold every message slot "
