@@ -55,7 +55,9 @@ def machine_stamp() -> dict[str, Any]:
     """Commit (and whether the tree had uncommitted changes), cores, memory, date, versions."""
     return {
         "commit": _git("rev-parse", "--short=12", "HEAD") or "unknown",
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # The results files themselves do not count: each run of a series rewrites them.
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                           ":!benchmarks/results.json", ":!benchmarks/RESULTS.md")),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cores": os.cpu_count() or 0,
         # Other work on the machine skews every number: the load when the section finished.
