@@ -30,6 +30,7 @@ import ssl
 from collections.abc import Callable, Sequence
 
 from service.workspace.http1_connection import (
+    READ_BYTES,
     AddressRefused,
     Answer,
     Connection,
@@ -40,6 +41,7 @@ from service.workspace.http1_connection import (
 )
 
 __all__ = [
+    "READ_BYTES",
     "AddressRefused",
     "Answer",
     "CutOff",

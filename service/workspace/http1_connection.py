@@ -1,6 +1,11 @@
 """One HTTP/1.1 keep-alive connection of the provider client (service.workspace.http1): a
 request goes out, its response is parsed as it arrives (Content-Length, chunked or ended by
-the connection; 1xx heads skipped; the body capped)."""
+the connection; 1xx heads skipped; the body capped).
+
+A buffered protocol: the transport reads into the connection's own 64 KiB buffer. With
+`data_received`, asyncio's socket transport makes a 256 KiB bytes object for every read and
+shrinks it to what arrived; that allocation was a fifth of the CPU of the provider I/O
+(benchmarks/fanout_floor.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ __all__ = ["MAX_HEAD_BYTES", "AddressRefused", "Answer", "Connection", "CutOff",
            "Malformed", "Unreachable"]
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers of one response
+READ_BYTES = 64 * 1024  # what one read of the socket may take
 _NO_BODY = frozenset({204, 304})
 
 
@@ -93,11 +99,12 @@ def _parse_head(head: bytes) -> tuple[int, bool, Headers]:
     return int(code), version == "HTTP/1.1", Headers(fields)
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """One keep-alive connection: a request goes out, its response is parsed as it arrives."""
 
     def __init__(self, on_lost: Callable[[Connection], None]) -> None:
         self._on_lost = on_lost
+        self._read = memoryview(bytearray(READ_BYTES))
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
@@ -115,13 +122,20 @@ class Connection(asyncio.Protocol):
         self._chunk_state = "size"  # "size" | "data" | "crlf" | "trailers"
         self._truncated = False
 
-    # asyncio.Protocol
+    # asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport by construction (uvloop's does not subclass asyncio.Transport).
         self.transport = cast(asyncio.Transport, transport)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._read[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        """Bytes from the peer (what `buffer_updated` read into the buffer)."""
         if self._waiter is None or self._waiter.done():
             self._close()  # bytes nobody asked for: the connection is not in a known state
             return

@@ -363,3 +363,58 @@ async def test_a_waiter_cancelled_as_its_turn_comes_passes_the_turn_on(
         await second
     async with asyncio.timeout(2):
         assert (await third).status == 200
+
+
+def _big(size: int) -> bytes:
+    """`size` bytes that tell any misplaced or repeated piece apart."""
+    return b"".join(b"%08d" % i for i in range(size // 8 + 1))[:size]
+
+
+async def _big_answers(request: bytes, writer: asyncio.StreamWriter) -> bool:
+    """/length/N: N bytes with Content-Length; /chunked/N: N bytes in uneven chunks."""
+    framing, size = request.split(b" ", 2)[1].decode().strip("/").split("/")
+    body = _big(int(size))
+    if framing == "length":
+        writer.write(_json(body))
+        return True
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    at, step = 0, 1
+    while at < len(body):
+        piece = body[at : at + step]
+        writer.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+        at, step = at + len(piece), step * 3 + 7
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
+    return True
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_bodies_of_many_reads_arrive_whole_over_plain_and_tls(
+    tls: bool, certificate: tuple[Path, Path]
+) -> None:
+    """Bodies several times the connection's read buffer, one after another on one
+    connection: every byte in place, and the connection reused."""
+    server_context = None
+    trusting = ssl.create_default_context()
+    if tls:
+        cert, key = certificate
+        server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_context.load_cert_chain(cert, key)
+        trusting = ssl.create_default_context(cafile=str(cert))
+    server = Server(_big_answers, server_context)
+    port = await server.start()
+    pool = http1.OriginPool("https" if tls else "http", "127.0.0.1", port,
+                            ssl_context=lambda: trusting, user_agent="test/1")
+    sizes = [0, 1, http1.READ_BYTES - 1, http1.READ_BYTES, http1.READ_BYTES + 1,
+             5 * http1.READ_BYTES + 123, 3_000_000]
+    try:
+        for framing in ("length", "chunked"):
+            for size in sizes:
+                answer = await _get(pool, f"/{framing}/{size}", cap=4 << 20)
+                assert answer.status == 200
+                assert not answer.truncated
+                assert bytes(answer.body) == _big(size), (framing, size)
+        assert server.connections == 1
+    finally:
+        pool.close()
+        await server.close()
