@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json as jsonlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,17 +86,46 @@ _DECODER = msgspec.json.Decoder()
 
 
 def loads(body: bytes) -> Any:
-    """`json.loads(body)`, twice as fast on the JSON providers send.
+    """`json.loads(body)`, twice as fast on the JSON providers send, with every string valid
+    Unicode.
 
     msgspec decodes strict UTF-8 JSON to the same values the standard library does (integers
     beyond 64 bits stay exact; not orjson, which reads them as floats). What it refuses and
     the standard library reads (a byte-order mark, UTF-16, lone surrogates, NaN, numbers beyond
     a double) is read by the standard library, so the result never depends on which one ran.
+    Except one thing: a lone surrogate (a `"\\ud83d"` escape without its pair, as APIs that
+    cut text at UTF-16 units send, or a lone unit of a UTF-16 body) becomes U+FFFD. Such a
+    string cannot be encoded as UTF-8: it would fail the protobuf message that carries it,
+    and with it the whole call.
     Raises ValueError (UnicodeDecodeError included) when the body is not JSON."""
     try:
         return _DECODER.decode(body)
-    except msgspec.DecodeError:
-        return jsonlib.loads(body)
+    except msgspec.DecodeError:  # the only way to a lone surrogate (msgspec refuses them)
+        return _mend_surrogates(jsonlib.loads(body))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # json joins pairs: what is left is alone
+
+
+def _mend_surrogates(value: Any) -> Any:
+    """`value` with U+FFFD for each lone surrogate of its strings (keys too); iterative, so a
+    body as deep as the decoder allows is mended too."""
+    root = [value]
+    pending: list[list[Any] | dict[str, Any]] = [root]
+    while pending:
+        container = pending.pop()
+        items = list(container.items()) if isinstance(container, dict) else enumerate(container)
+        for key, item in items:
+            if isinstance(item, str):
+                item = _SURROGATE.sub("\ufffd", item)
+            elif isinstance(item, list | dict):
+                pending.append(item)
+            if isinstance(key, str) and _SURROGATE.search(key):
+                assert isinstance(container, dict)
+                del container[key]
+                key = _SURROGATE.sub("\ufffd", key)
+            container[key] = item  # type: ignore[index]
+    return root[0]
 
 
 def decode_json(body: bytes) -> Any:

@@ -154,6 +154,23 @@ async def test_connect_list_and_search_through_the_channel(
         assert page.results[0].update_time.seconds == 200
 
 
+async def test_a_provider_text_cut_inside_an_emoji_is_served_not_an_internal_error(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """Slack's JSON carries `\\ud83d` without its pair (text cut at a UTF-16 unit): the
+    result is served with U+FFFD in its place (it failed the whole call with INTERNAL: a lone
+    surrogate cannot be encoded in a protobuf string)."""
+    async with serving(fakes, tmp_path) as client:
+        await client.connect(fakes)
+        fakes.slack.add_message("C1", "general", "300.000000", "trip plan \ud83d")
+        fakes.slack.add_message("C1", "general", "200.000000", "trip \ud83d\ude00 fine")
+        statuses, pages = await client.run(pb.SearchWorkspaceRequest(queries=[q("trip")]))
+    assert [s.state for s in statuses] == [pb.QUERY_STATE_OK]
+    (page,) = pages
+    snippets = [r.snippet for r in page.results]
+    assert snippets == ["Jane: trip plan \ufffd", "Jane: trip \U0001f600 fine"]
+
+
 async def _messages(client: Client, request: pb.SearchWorkspaceRequest
                     ) -> list[pb.SearchWorkspaceResponse]:
     call = client.search.SearchWorkspace(request, metadata=client.metadata)

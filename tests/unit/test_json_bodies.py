@@ -17,7 +17,6 @@ from service.workspace.model import ProviderError, QueryState
 EDGES = [
     b'{"id": 123456789012345678901234567890}',  # beyond 64 bits: exact, never a float
     b'{"n": -18446744073709551616, "m": 18446744073709551615}',
-    b'{"text": "cut emoji \\ud83d"}',  # a lone surrogate, as truncating providers send
     b'{"x": 1e400, "y": -1e400}',  # beyond a double: infinities
     b'\xef\xbb\xbf{"bom": true}',  # UTF-8 with a byte-order mark
     '{"utf16": "é"}'.encode("utf-16"),
@@ -32,6 +31,26 @@ def test_bodies_the_fast_decoder_refuses_read_as_the_standard_library_reads_them
     body: bytes,
 ) -> None:
     assert repr(loads(body)) == repr(json.loads(body))
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"text": "cut emoji \\ud83d"}', {"text": "cut emoji \ufffd"}),
+        (b'["\\udc00 low first", "\\ud83d\\ud83d twice"]',
+         ["\ufffd low first", "\ufffd\ufffd twice"]),
+        (b'{"k\\ud800": {"deep": ["\\ud800"]}, "pair": "\\ud83d\\ude00"}',
+         {"k\ufffd": {"deep": ["\ufffd"]}, "pair": "\U0001f600"}),
+        ('{"utf16": "x\ud83d"}'.encode("utf-16", "surrogatepass"), {"utf16": "x\ufffd"}),
+        (b'"\\ud83d"', "\ufffd"),
+    ],
+)
+def test_lone_surrogates_become_replacement_characters(body: bytes, expected: Any) -> None:
+    """A `\\ud83d` without its pair (text cut at a UTF-16 unit) cannot be encoded as UTF-8, so
+    a protobuf string refuses it: it is read as U+FFFD, in values and keys, at any depth."""
+    decoded = loads(body)
+    assert decoded == expected
+    json.dumps(decoded, ensure_ascii=False).encode("utf-8")  # every string encodes
 
 
 def test_nan_reads_as_the_standard_library_reads_it() -> None:
