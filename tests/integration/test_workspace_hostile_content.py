@@ -1,0 +1,82 @@
+"""Provider content the real world sends, through the real server and channel: text cut inside
+an emoji (lone surrogate escapes), NULs and terminal escapes, bidi and zero-width marks,
+combining and astral characters, markup and character references, line separators, very long
+fields. Whatever the items of the eight providers hold, a search answers OK with their
+results: never INTERNAL, never a lost call."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from search_client.pb.search.v1 import workspace_search_pb2 as pb
+from service.fakes.suite import FakeProviders
+from tests.integration.test_workspace_grpc import serving
+from tests.support.reliability.world import PROVIDERS, connect_all, queries_for
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+WORD = "alpha"
+PIECES = (
+    "\ud83d", "\udc00", "\ud83d\ude00", "\ud83d\ud83d",  # lone, low, paired, doubled
+    "\x00", "\x07\x1b[31m", "\x7f\x85", "\u202e\u2066", "\u200b\u200d\ufeff", "e\u0301",
+    "\U0001f9d1\u200d\U0001f4bb", "<b>&amp;</b> &#xd83d; &#0;", "\r\n\t", "\\u0000 \\ud83d",
+    "\"'`", "\ufffe\uffff", "\u2028\u2029", "\U0010ffff", "\u0600\u06dd",
+)
+SEEDS = range(8)
+
+
+def _hostile(rng: random.Random) -> str:
+    parts = [rng.choice(PIECES) for _ in range(rng.randint(1, 6))]
+    if rng.random() < 0.2:
+        parts.append("x" * rng.choice((5_000, 40_000)))
+    parts.insert(rng.randint(0, len(parts)), f" {WORD} ")
+    return "".join(parts)
+
+
+def _seed(fakes: FakeProviders, rng: random.Random, items: int) -> None:
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    fakes.github.add_repo("acme/app", description=WORD)
+    fakes.gitlab.add_project(1, "acme/app")
+    fakes.google_calendar.add_calendar("primary")
+    fakes.jira.add_site("cloud-1", "acme")
+    fakes.confluence.add_site("cloud-1", "acme")
+    for n in range(1, items + 1):
+        when = now - timedelta(hours=n)
+        iso = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        title, text = _hostile(rng), _hostile(rng)
+        fakes.github.add_issue("acme/app", n, title, text, updated_at=iso)
+        fakes.gitlab.add_issue(1, n, title, text, updated_at=iso)
+        fakes.slack.add_message("C1", "general", f"{1_700_000_000 + n}.000100", text)
+        fakes.google_drive.add_file(f"f{n}", title, text, modified=iso)
+        fakes.gmail.add_message(f"m{n}", title, text, sent=when)
+        fakes.google_calendar.add_event("primary", f"e{n}", text, start=iso,
+                                        end=(when + timedelta(minutes=30)).strftime(
+                                            "%Y-%m-%dT%H:%M:%SZ"), updated=iso)
+        fakes.jira.add_issue("cloud-1", f"ACME-{n}", title, text)
+        fakes.confluence.add_content("cloud-1", f"c{n}", title, text)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_hostile_provider_text_is_served_by_every_provider(
+    fakes: FakeProviders, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    items = 4
+    _seed(fakes, rng, items)
+    async with serving(fakes, tmp_path) as client:
+        accounts = await connect_all(client.accounts, fakes, client.metadata)
+        queries = [q for name in PROVIDERS for q in queries_for(name, (WORD,))]
+        statuses, pages = await client.run(
+            pb.SearchWorkspaceRequest(queries=queries, top_k=50), seconds=30)
+    assert {s.state for s in statuses} == {pb.QUERY_STATE_OK}, [
+        (s.provider, s.message) for s in statuses if s.state != pb.QUERY_STATE_OK]
+    (page,) = pages
+    found = {c.account_id for r in page.results for c in r.contributions}
+    assert found == set(accounts.values())  # every provider's items came through
+    for result in page.results:  # what was cut inside an emoji reads as U+FFFD
+        for text in (result.title, result.snippet):
+            assert not any("\ud800" <= ch <= "\udfff" for ch in text)
