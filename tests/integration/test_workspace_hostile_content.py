@@ -1,8 +1,10 @@
 """Provider content the real world sends, through the real server and channel: text cut inside
 an emoji (lone surrogate escapes), NULs and terminal escapes, bidi and zero-width marks,
 combining and astral characters, markup and character references, line separators, very long
-fields. Whatever the items of the eight providers hold, a search answers OK with their
-results: never INTERNAL, never a lost call."""
+fields; and dates at the ends of the calendar, with nanoseconds, without a colon in the offset,
+or not dates at all (GitHub, GitLab and Drive, whose fakes pass them through). Whatever the
+items of the eight providers hold, a search answers OK with their results: never INTERNAL,
+never a lost call."""
 
 from __future__ import annotations
 
@@ -47,11 +49,16 @@ def _seed(fakes: FakeProviders, rng: random.Random, items: int) -> None:
     for n in range(1, items + 1):
         when = now - timedelta(hours=n)
         iso = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        odd = rng.choice([when.strftime("%Y-%m-%dT%H:%M:%SZ"), "0001-01-01T00:00:00Z",
+                          "9999-12-31T23:59:59Z", "2026-06-01T10:00:00.123456789Z",
+                          "2026-06-01T10:00:00.000+0000", "9999-12-31T23:59:59-01:00",
+                          "0001-01-01T00:00:00+01:00", "not a date", "", "2026-13-45T99:99:99Z",
+                          "1969-12-31T23:59:59.999Z", "2026-06-01"])
         title, text = _hostile(rng), _hostile(rng)
-        fakes.github.add_issue("acme/app", n, title, text, updated_at=iso)
-        fakes.gitlab.add_issue(1, n, title, text, updated_at=iso)
+        fakes.github.add_issue("acme/app", n, title, text, updated_at=odd)
+        fakes.gitlab.add_issue(1, n, title, text, updated_at=odd)
         fakes.slack.add_message("C1", "general", f"{1_700_000_000 + n}.000100", text)
-        fakes.google_drive.add_file(f"f{n}", title, text, modified=iso)
+        fakes.google_drive.add_file(f"f{n}", title, text, modified=odd)
         fakes.gmail.add_message(f"m{n}", title, text, sent=when)
         fakes.google_calendar.add_event("primary", f"e{n}", text, start=iso,
                                         end=(when + timedelta(minutes=30)).strftime(
