@@ -249,7 +249,7 @@ async def _measure(searches: int, *, inprocess: bool) -> dict[str, Any]:
             floor = None if inprocess else await measure_floor(
                 world.fakes_children[0], driver.stub,
                 wpb.SearchWorkspaceRequest(queries=every, top_k=TOP_K), searches,
-                Path(world.workdir), LATENCY / 2)
+                Path(world.workdir), LATENCY)
             await world.timings()
             await world.fusion_seconds()
             await world.requests()

@@ -53,13 +53,15 @@ class Exchange:
         return cls(provider, method, target, kept, base64.b64decode(body), float(received))
 
 
-def waves(exchanges: Sequence[Exchange], gap: float) -> list[list[Exchange]]:
-    """Requests in arrival order, split where more than `gap` seconds passed between two
-    arrivals (the server waited for answers there: the next wave depends on them)."""
+def waves(exchanges: Sequence[Exchange], latency: float) -> list[list[Exchange]]:
+    """Requests in arrival order, in waves: the fakes answer `latency` seconds after a request
+    arrives, so a request read less than `latency` after the first of its wave cannot depend
+    on an answer of it, and one read later may (it starts the next wave). On a busy machine a
+    slow first wave may lend a request to the next one: a later replay, never an earlier."""
     ordered = sorted(exchanges, key=lambda e: e.received)
     split: list[list[Exchange]] = []
     for exchange in ordered:
-        if not split or exchange.received - split[-1][-1].received > gap:
+        if not split or exchange.received - split[-1][0].received >= latency:
             split.append([])
         split[-1].append(exchange)
     return split
@@ -70,7 +72,7 @@ class FloorServer:
 
     def __init__(self, recording: dict[str, Any], urls: str) -> None:
         exchanges = [Exchange.from_json(item) for item in recording["exchanges"]]
-        self.waves = waves(exchanges, float(recording["gap"]))
+        self.waves = waves(exchanges, float(recording["latency"]))
         self.messages = {
             int(delivery): [wpb.SearchWorkspaceResponse.FromString(base64.b64decode(m))
                             for m in messages]
@@ -126,7 +128,7 @@ def _no_tls() -> Any:
 
 
 async def record(fakes: ChildServer, stub: Any, request: wpb.SearchWorkspaceRequest,
-                 gap: float) -> dict[str, Any]:
+                 latency: float) -> dict[str, Any]:
     """One search in each delivery against the real server: the provider requests of the
     first (the fakes' log) and the stream messages of both. A search before them fills the
     server's caches (account lists, profiles) as in the measured series."""
@@ -139,13 +141,13 @@ async def record(fakes: ChildServer, stub: Any, request: wpb.SearchWorkspaceRequ
         sent = [m.SerializeToString() async for m in stub.SearchWorkspace(request, timeout=30)]
         messages[str(delivery)] = [base64.b64encode(m).decode() for m in sent]
         exchanges = exchanges or await fakes.take_exchanges()
-    return {"exchanges": exchanges, "messages": messages, "gap": gap}
+    return {"exchanges": exchanges, "messages": messages, "latency": latency}
 
 
 async def measure_floor(fakes: ChildServer, stub: Any, request: wpb.SearchWorkspaceRequest,
-                        searches: int, work: Path, gap: float) -> dict[str, Any]:
+                        searches: int, work: Path, latency: float) -> dict[str, Any]:
     """Server CPU ms per search of the floor server, per delivery, with what it replayed."""
-    recording = await record(fakes, stub, request, gap)
+    recording = await record(fakes, stub, request, latency)
     path = work / "floor.json"
     await asyncio.to_thread(path.write_text, json.dumps(recording))
     floor = await ChildServer.spawn("--floor", str(path), fakes.info)
@@ -164,7 +166,7 @@ async def measure_floor(fakes: ChildServer, stub: Any, request: wpb.SearchWorksp
                 cpu[name] = (floor.cpu_seconds() - before) * 1000 / max(1, searches)
     finally:
         await floor.close()
-    shown = waves([Exchange.from_json(item) for item in recording["exchanges"]], gap)
+    shown = waves([Exchange.from_json(item) for item in recording["exchanges"]], latency)
     return {"cpu_ms_per_search": cpu, "exchanges": sum(map(len, shown)),
             "waves": [len(wave) for wave in shown]}
 

@@ -215,7 +215,7 @@ async def test_the_fanout_floor_replays_a_search_and_sends_its_stream(tmp_path: 
             every = [q for name in fanout.PROVIDERS for q in fanout.queries_for(name)]
             request = wpb.SearchWorkspaceRequest(queries=every, top_k=fanout.TOP_K)
             fakes = world.fakes_children[0]
-            recording = await fanout_floor.record(fakes, driver.stub, request, fanout.LATENCY / 2)
+            recording = await fanout_floor.record(fakes, driver.stub, request, fanout.LATENCY)
             floor = fanout_floor.FloorServer(recording, fakes.info)
             await floor.start()
             try:
@@ -227,12 +227,18 @@ async def test_the_fanout_floor_replays_a_search_and_sends_its_stream(tmp_path: 
             finally:
                 await floor.close()
             measured = await fanout_floor.measure_floor(
-                fakes, driver.stub, request, 2, tmp_path, fanout.LATENCY / 2)
+                fakes, driver.stub, request, 2, tmp_path, fanout.LATENCY)
     finally:
         await world.close()
-    assert [len(wave) for wave in floor.waves] == measured["waves"]
-    assert len(floor.waves) == 2
-    assert {e.target.split("/")[1] for e in floor.waves[1]} == {"batch"}
+    # Gmail's batch reads wait for its lists: a later wave (the timing decides the rest).
+    wave_of = {id(e): n for n, wave in enumerate(floor.waves) for e in wave}
+    gmail = [e for wave in floor.waves for e in wave if e.provider == "gmail"]
+    lists = [wave_of[id(e)] for e in gmail if not e.target.startswith("/batch/")]
+    batches = [wave_of[id(e)] for e in gmail if e.target.startswith("/batch/")]
+    assert lists
+    assert batches
+    assert min(batches) > max(lists)
+    assert sum(map(len, floor.waves)) == len(recording["exchanges"]) >= 32
     assert sum(measured["waves"]) == measured["exchanges"] >= 32
     streamed = floor.messages[wpb.STATUS_DELIVERY_STREAMED]
     assert sent == streamed
