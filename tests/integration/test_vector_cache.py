@@ -522,8 +522,10 @@ async def test_writes_that_never_pause_leave_the_reads_to_the_searches(
     backend: Backend, embedder: DeterministicEmbedder
 ) -> None:
     """The refresh waits for a quiet period: while writes keep coming nothing is read in the
-    background, and the searches stay current (each reads what moved)."""
-    async with _refreshing(backend, embedder, 3.0) as (cached, reference):
+    background, and the searches stay current (each reads what moved). The quiet period is
+    30 s (the test never waits for it): on a machine whose other work made one write take 3 s,
+    the old 3 s let a refresh in between and the premise, not the store, failed."""
+    async with _refreshing(backend, embedder, 30.0) as (cached, reference):
         store = cached.store
         project = (await cached.project("busy")).project_id
         reference.owners[project] = cached.tenant
