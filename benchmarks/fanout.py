@@ -122,7 +122,7 @@ class _World:
         if self.inprocess:
             self.fakes = Fakes(LATENCY)
             await self.fakes.start()
-            self.server = WorkspaceServer(Path(self._dir.name), self.fakes.urls)
+            self.server = WorkspaceServer(Path(self.workdir), self.fakes.urls)
             await self.server.start()
             return f"127.0.0.1:{self.server.port}"
         each = [(name,) for name in PROVIDERS] if self.separate else [()]

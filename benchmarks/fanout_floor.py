@@ -20,15 +20,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import grpc
 
 from benchmarks.servers import ChildServer
 from search_client.pb.search.v1 import workspace_search_pb2 as wpb
 from search_client.pb.search.v1 import workspace_search_pb2_grpc as wgrpc
+from service.api.workspace_wiring import parse_base_urls
 from service.workspace.http1 import OriginPool
-from service.workspace.http_wire import loads
+from service.workspace.http_wire import loads, origin
 
 # Headers the replaying client writes itself (or that describe the fakes' side).
 _OWN_HEADERS = frozenset({"host", "content-length", "connection", "user-agent"})
@@ -78,13 +78,11 @@ class FloorServer:
                             for m in messages]
             for delivery, messages in recording["messages"].items()
         }
-        origins = dict(part.split("=", 1) for part in urls.split(","))
-        self._pools: dict[str, OriginPool] = {}
-        for name, url in origins.items():
-            parts = urlsplit(url)
-            assert parts.hostname is not None
-            self._pools[name] = OriginPool(parts.scheme, parts.hostname, parts.port,
-                                           ssl_context=_no_tls, user_agent="fanout-floor")
+        self._pools = {
+            provider.value: OriginPool(*origin(url), ssl_context=_no_tls,
+                                       user_agent="fanout-floor")
+            for provider, url in parse_base_urls(urls).items()
+        }
         self.server: grpc.aio.Server | None = None
         self.port = 0
 

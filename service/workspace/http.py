@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 import httpx
 
 from service import tracing
-from service.deadlines import within
 from service.workspace import http1
 from service.workspace.error_bodies import MAX_ERROR_BODY, secrets_of
 from service.workspace.http_wire import (
@@ -170,7 +169,7 @@ class AccountSession:
     ) -> JsonResponse:
         """One request, mapped: a usable 2xx JSON answer or a ProviderError.
 
-        No timer of its own: `HttpClient.request` bounds it (service.deadlines.within).
+        No timer of its own: `HttpClient.request` bounds it (renewal.bounded).
         """
         merged = {"Accept": "application/json", **(headers or {})}
         merged["Authorization"] = self.credential.authorization
@@ -344,14 +343,8 @@ class HttpClient:
             raise transient(BUDGET_MESSAGE)
         timeout = self._timeout()
         self.requests_made += 1
-        try:
-            async with (
-                tracing.provider_request(self._session.account.provider.value, method),
-                within(timeout),
-            ):
-                return await send()
-        except TimeoutError:
-            raise ProviderError(QueryState.TIMED_OUT, TIMEOUT_MESSAGE) from None
+        async with tracing.provider_request(self._session.account.provider.value, method):
+            return await bounded(timeout, send())
 
     async def get(
         self,

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-__all__ = ["MAX_HEAD_BYTES", "AddressRefused", "Answer", "Connection", "CutOff", "Headers",
-           "Malformed", "Unreachable"]
+__all__ = ["MAX_HEAD_BYTES", "READ_BYTES", "AddressRefused", "Answer", "Connection", "CutOff",
+           "Headers", "Malformed", "Unreachable"]
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers of one response
 READ_BYTES = 64 * 1024  # what one read of the socket may take

@@ -114,17 +114,21 @@ def _mend_surrogates(value: Any) -> Any:
     pending: list[list[Any] | dict[str, Any]] = [root]
     while pending:
         container = pending.pop()
-        items = list(container.items()) if isinstance(container, dict) else enumerate(container)
-        for key, item in items:
+        if isinstance(container, list):
+            for index, item in enumerate(container):
+                if isinstance(item, str):
+                    container[index] = _SURROGATE.sub("\ufffd", item)
+                elif isinstance(item, list | dict):
+                    pending.append(item)
+            continue
+        for key, item in list(container.items()):
             if isinstance(item, str):
-                item = _SURROGATE.sub("\ufffd", item)
+                container[key] = item = _SURROGATE.sub("\ufffd", item)
             elif isinstance(item, list | dict):
                 pending.append(item)
-            if isinstance(key, str) and _SURROGATE.search(key):
-                assert isinstance(container, dict)
+            if _SURROGATE.search(key):  # JSON keys are strings
                 del container[key]
-                key = _SURROGATE.sub("\ufffd", key)
-            container[key] = item  # type: ignore[index]
+                container[_SURROGATE.sub("\ufffd", key)] = item
     return root[0]
 
 
