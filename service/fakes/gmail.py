@@ -172,8 +172,11 @@ class FakeGmail(FakeProvider):
         *,
         sent: datetime,
         sender: str = "Jane <jane@example.com>",
+        internal_date: str = "",
     ) -> None:
-        """A message (snippets are HTML-escaped as Gmail sends them)."""
+        """A message (snippets are HTML-escaped as Gmail sends them); `internal_date`
+        replaces the epoch milliseconds of `sent` (an imported message can carry 0, a
+        negative number or one past year 9999)."""
         self.messages.append(
             {
                 "id": message_id,
@@ -182,7 +185,7 @@ class FakeGmail(FakeProvider):
                 "snippet": snippet.replace("'", "&#39;"),
                 "historyId": "1",
                 "sizeEstimate": 100,
-                "internalDate": str(int(sent.timestamp() * 1000)),
+                "internalDate": internal_date or str(int(sent.timestamp() * 1000)),
                 "_headers": {"Subject": subject, "From": sender, "To": "me@example.com"},
             }
         )

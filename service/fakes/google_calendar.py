@@ -73,9 +73,13 @@ class FakeCalendar(FakeProvider):
         ical_uid: str = "",
         attendees: tuple[str, ...] = (),
         updated: str = "2024-01-01T00:00:00Z",
+        time_zone: str = "",
     ) -> None:
-        """An event; `start`/`end` are RFC 3339 instants, or dates when `all_day`."""
+        """An event; `start`/`end` are RFC 3339 instants, or dates when `all_day`;
+        `time_zone` is sent as `start.timeZone` and `end.timeZone` when given (Google's
+        IANA name, which the service may not know)."""
         key = "date" if all_day else "dateTime"
+        zone = {"timeZone": time_zone} if time_zone else {}
         self.calendars[calendar_id]["_events"].append(
             {
                 "kind": "calendar#event",
@@ -89,8 +93,8 @@ class FakeCalendar(FakeProvider):
                 "location": "",
                 "creator": {"email": "jane@example.com"},
                 "organizer": {"email": "jane@example.com", "displayName": "Jane"},
-                "start": {key: start},
-                "end": {key: end},
+                "start": {key: start, **zone},
+                "end": {key: end, **zone},
                 "iCalUID": ical_uid or f"{event_id}@google.com",
                 "attendees": [{"email": a, "responseStatus": "accepted"} for a in attendees],
             }

@@ -7,7 +7,8 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, TypeVar
 
 from service.workspace.model import NativeDocument, ProviderError, QueryCard, QueryState
@@ -94,17 +95,23 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def from_epoch(value: Any, *, millis: bool = False) -> datetime | None:
-    """Unix seconds (or milliseconds), given as number or string, as UTC; None when unusable."""
+    """Unix seconds (or milliseconds), given as number or string, as UTC to the microsecond
+    (decimal, not float: Gmail's 253402300799999 is 23:59:59.999 of 9999-12-31, not .998993);
+    None when unusable or outside years 1-9999."""
     try:
-        number = float(text(value))
-    except ValueError:
+        number = Decimal(text(value).strip())
+    except InvalidOperation:
         return None
-    if millis:
-        number /= 1000.0
+    if not number.is_finite() or number.adjusted() > 15:  # year 9999 is ~2.5e14 ms
+        return None
+    micros = int((number * (1_000 if millis else 1_000_000)).to_integral_value(ROUND_HALF_EVEN))
     try:
-        return datetime.fromtimestamp(number, tz=UTC)
-    except (OverflowError, OSError, ValueError):
+        return _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:  # before year 1 or after 9999
         return None
 
 

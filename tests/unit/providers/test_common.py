@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,6 +12,7 @@ from service.workspace.providers._common import (
     LegResult,
     decode_cursor_map,
     encode_cursor,
+    from_epoch,
     has_boolean_operators,
     interleave,
     join_messages,
@@ -79,3 +81,26 @@ def test_parse_time_is_utc() -> None:
     assert parse_time("2024-01-05T10:00:00") == datetime(2024, 1, 5, 10, tzinfo=UTC)
     assert parse_time("garbage") is None
     assert parse_time(None) is None
+
+
+def test_epoch_times_are_exact_to_the_microsecond_in_every_year() -> None:
+    rng = random.Random(7)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for _ in range(2_000):  # Gmail's milliseconds and Slack's "seconds.micros", years 1-9999
+        millis = rng.randrange(-62_135_596_800_000, 253_402_300_800_000)
+        assert from_epoch(str(millis), millis=True) == epoch + timedelta(milliseconds=millis)
+        micros = rng.randrange(-62_135_596_800_000_000, 253_402_300_800_000_000)
+        seconds, rest = divmod(abs(micros), 1_000_000)
+        sign = "-" if micros < 0 else ""
+        assert from_epoch(f"{sign}{seconds}.{rest:06d}") == epoch + timedelta(microseconds=micros)
+    assert from_epoch("253402300799999", millis=True) == datetime(
+        9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    assert from_epoch(1700000000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("value", [
+    "-62135596800001", "253402300800000", "9" * 5_000, "1e999999999", "-1e999999999", "nan",
+    "inf", "-Infinity", "0x10", "", "  ", "1.2.3", None, True, [], {}, float("nan"), 10**400,
+])
+def test_epoch_times_outside_the_calendar_or_not_numbers_are_none(value: object) -> None:
+    assert from_epoch(value, millis=True) is None
