@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import msgspec
+
 from service.workspace.accounts import AccountView
 from service.workspace.guidance import Guidance, ProviderCard
 from service.workspace.model import Kind, ProviderId, QueryCard, QueryState
@@ -20,8 +22,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class QueryStatus:
+class QueryStatus(msgspec.Struct, frozen=True):
     """How one native query settled on one account (the latest status supersedes earlier ones)."""
 
     query_index: int
@@ -38,8 +39,7 @@ class QueryStatus:
     page_number: int = 1
 
 
-@dataclass(frozen=True)
-class ResultContribution:
+class ResultContribution(msgspec.Struct, frozen=True):
     """One query's vote for a fused result."""
 
     query_index: int
@@ -48,8 +48,7 @@ class ResultContribution:
     score: float  # 1 / (k + rank)
 
 
-@dataclass(frozen=True)
-class FusedResult:
+class FusedResult(msgspec.Struct, frozen=True):
     """One fused result; document fields come from its best-ranked contribution."""
 
     result_id: str

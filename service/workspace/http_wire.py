@@ -30,8 +30,7 @@ __all__ = [
 Params = Mapping[str, str | int | Sequence[str]]
 
 
-@dataclass(frozen=True)
-class JsonResponse:
+class JsonResponse(msgspec.Struct, frozen=True):
     """A successful provider answer: status, headers (case-insensitive) and decoded JSON."""
 
     status: int

@@ -7,9 +7,10 @@ import functools
 import hashlib
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
+
+from msgspec import structs
 
 from service.ranking import rrf
 from service.workspace.http import BUDGET_MESSAGE, HttpClient
@@ -245,7 +246,7 @@ class ListRun:
         read = ReadPass(self.pass_start, tuple(self.pages), self.sweep, self.cut, self.ended)
         state = resume_state(read, done, self.contributed)
         if self.wait_until and not state.exhausted:
-            state = replace(state, wait_until=self.wait_until)
+            state = structs.replace(state, wait_until=self.wait_until)
         return state
 
     def own_emitted(self, emitted: Collection[str]) -> tuple[str, ...]:

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import msgspec
+
 from service.timerange import TimeRange
 
 __all__ = [
@@ -97,8 +99,7 @@ class Account:
     needs_reconnect: bool = False
 
 
-@dataclass(frozen=True)
-class ProviderQuery:
+class ProviderQuery(msgspec.Struct, frozen=True):
     """One native query as a provider adapter sees it."""
 
     text: str
@@ -111,9 +112,10 @@ class ProviderQuery:
     cursor: str | None = None  # the adapter's own continuation from a previous ProviderPage
 
 
-@dataclass(frozen=True)
-class NativeDocument:
-    """One provider result in the common shape."""
+class NativeDocument(msgspec.Struct, frozen=True):
+    """One provider result in the common shape. A msgspec Struct, not a dataclass: a search
+    builds hundreds (every result of every list), and a Struct is as immutable and ten times
+    cheaper to build (0.1 against 1.4 us); `msgspec.structs.replace` changes a copy."""
 
     id: str
     title: str
@@ -135,8 +137,7 @@ class NativeDocument:
         return self.event_start_at or self.modified_at
 
 
-@dataclass(frozen=True)
-class ProviderPage:
+class ProviderPage(msgspec.Struct, frozen=True):
     """One page of a provider search."""
 
     documents: tuple[NativeDocument, ...]
@@ -145,7 +146,8 @@ class ProviderPage:
     total_is_exact: bool = False
     partial: bool = False  # degraded but successful (incomplete results, capped fan-out...)
     message: str = ""  # why partial / what was skipped, joined sentences
-    skipped_legs: Mapping[str, str] = field(default_factory=dict)  # e.g. {"code": "why skipped"}
+    # e.g. {"code": "why skipped"}
+    skipped_legs: Mapping[str, str] = msgspec.field(default_factory=dict)
     # False when a part of the page failed (a fan-out leg, a detail read): the results here
     # are usable, and the page is read again on the next page so the failed part is retried.
     complete: bool = True

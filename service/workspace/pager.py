@@ -23,7 +23,9 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec import structs
 
 from service.ranking import rrf
 from service.ranking.tokens import TokenSigner
@@ -219,7 +221,7 @@ class Pager:
     def _cursor(self, run: ListRun, resume: ListState) -> str:
         """The list's signed cursor (signed again only when its resume state moved);
         `resume` is `run.resume` of the ids emitted so far."""
-        state = replace(resume, seen=run.own_emitted(self._fusion.emitted))
+        state = structs.replace(resume, seen=run.own_emitted(self._fusion.emitted))
         known = self._cursors.get(run.slot.index)
         if known is not None and known[0] == state:
             return known[1]
@@ -253,7 +255,7 @@ class Pager:
 
     def _changed(self, run: ListRun, status: QueryStatus) -> bool:
         before = self._sent.get(run.slot.index)
-        if before is not None and replace(before, page_number=status.page_number) == status:
+        if before is not None and structs.replace(before, page_number=status.page_number) == status:
             return False
         self._sent[run.slot.index] = status
         return True

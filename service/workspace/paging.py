@@ -22,8 +22,11 @@ import enum
 import functools
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from service.errors import InvalidPageToken
 from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner, fingerprint
@@ -89,8 +92,7 @@ class Pass(enum.IntEnum):
     LONG_SWEEP = 2  # a sweep cut by budget or deadline: continues where it stopped
 
 
-@dataclass(frozen=True)
-class ListState:
+class ListState(msgspec.Struct, frozen=True):
     """Where one (query, account) list resumes."""
 
     cursor: str | None = None  # provider cursor of the page read first; None = first page
@@ -100,7 +102,7 @@ class ListState:
     emitted: int = 0  # results this list contributed to emitted fused results so far
     sweep: Pass = Pass.FIRST
     wait_until: int = 0  # unix seconds: a rate-limited list is not read again before this
-    seen: tuple[str, ...] = field(default=())  # cursors: ids of the list's emitted results
+    seen: tuple[str, ...] = ()  # cursors: ids of the list's emitted results
 
     @property
     def at_first_page(self) -> bool:
@@ -137,8 +139,7 @@ class PageState:
     page_number: int  # 1-based number of the next page
 
 
-@dataclass(frozen=True)
-class FetchedPage:
+class FetchedPage(msgspec.Struct, frozen=True):
     """One provider page of a list as fetched in this call (results after the date recheck)."""
 
     cursor: str | None  # the cursor that fetched it
@@ -148,8 +149,7 @@ class FetchedPage:
     complete: bool = True  # False: a part failed; the page is read again
 
 
-@dataclass(frozen=True)
-class ReadPass:
+class ReadPass(msgspec.Struct, frozen=True):
     """What one call read of a list's current pass, for `resume_state`."""
 
     start: ListState  # where this call's reading of the pass began

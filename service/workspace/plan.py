@@ -16,7 +16,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+
+import msgspec
+from msgspec import structs
 
 from service.errors import (
     FieldViolation,
@@ -45,15 +48,14 @@ _KINDED = frozenset({ProviderId.GITHUB, ProviderId.GITLAB})
 TOKEN_REASON = InvalidPageToken.reason
 
 
-@dataclass(frozen=True)
-class NativeQuery:
+class NativeQuery(msgspec.Struct, frozen=True):
     """One native query as the caller sent it (provider None: unspecified or unknown)."""
 
     provider: ProviderId | None
     text: str = ""
     account_id: str = ""
     kind: Kind | None = None
-    time_range: TimeRange = field(default_factory=TimeRange)
+    time_range: TimeRange = msgspec.field(default_factory=TimeRange)
     project: str = ""
     cursor: str = ""
 
@@ -83,8 +85,7 @@ class Limits:
     rrf_k: int = 60
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(msgspec.Struct, frozen=True):
     """One query on one account: one ranked result list."""
 
     index: int  # position in Plan.slots (the list index for fusion)
@@ -175,7 +176,9 @@ def _check_query(
 
 def _normalised(query: NativeQuery, spec: ProviderSpec) -> NativeQuery:
     kind = query.kind if spec.kinds else None
-    return replace(query, text=normalise(query.text), kind=kind, project=query.project.strip())
+    return structs.replace(
+        query, text=normalise(query.text), kind=kind, project=query.project.strip()
+    )
 
 
 def _resolve(
@@ -205,8 +208,7 @@ def _resolve(
     return None
 
 
-@dataclass(frozen=True)
-class _Checked:
+class _Checked(msgspec.Struct, frozen=True):
     index: int
     provider: ProviderId
     query: NativeQuery
@@ -340,7 +342,7 @@ def build_plan(
     slots = tuple(
         Slot(0, c.index, c.query, account, c.start) for c in checked for account in c.targets
     )
-    slots = tuple(replace(slot, index=i) for i, slot in enumerate(slots))
+    slots = tuple(structs.replace(slot, index=i) for i, slot in enumerate(slots))
     unmatched = tuple((c.index, c.provider) for c in checked if not c.targets)
     binding = page_binding(tenant, _fingerprint(top_k, limits, checked, slots))
     resume = (

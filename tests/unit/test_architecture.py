@@ -90,3 +90,30 @@ def test_modules_stay_small() -> None:
         if "pb" not in p.parts and (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert big == {}
+
+
+def test_msgspec_records_are_frozen() -> None:
+    # The fan-out's hot records are msgspec Structs instead of frozen dataclasses (ten times
+    # cheaper to build); they must stay as immutable as the dataclasses they replaced.
+    thawed = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(base) in ("msgspec.Struct", "Struct") for base in node.bases
+            ) and not any(
+                k.arg == "frozen" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords
+            ):
+                thawed.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert thawed == []
+    assert len(_struct_names()) >= 10  # the test sees them
+
+
+def _struct_names() -> list[str]:
+    return [
+        node.name
+        for path in _modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(base) == "msgspec.Struct" for base in node.bases)
+    ]

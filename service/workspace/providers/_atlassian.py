@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from msgspec import structs
 
 from service.workspace.http import HttpClient
 from service.workspace.model import ProviderPage, ProviderQuery, TimeRange
@@ -123,7 +125,7 @@ async def fan_out(
     outcomes = await gather_legs([call(site) for site in chosen], concurrency=SITE_CONCURRENCY)
     settled = settle([(site.label, out) for site, out in zip(chosen, outcomes, strict=True)])
     page = _page(chosen, settled.legs, single, [note, *settled.messages])
-    return replace(page, complete=settled.complete, retry_after=settled.retry_after)
+    return structs.replace(page, complete=settled.complete, retry_after=settled.retry_after)
 
 
 def _page(

@@ -25,7 +25,6 @@ link is also its fusion identity, and depends only on the account and the messag
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import html
 import math
@@ -33,6 +32,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
+
+import msgspec
 
 from service.workspace.http import HttpClient, RawResponse, status_error
 from service.workspace.http_wire import loads
@@ -413,4 +414,4 @@ async def hydrate(http: HttpClient, document: NativeDocument) -> NativeDocument:
     full = parse_message(outcome, "")
     if full.id != document.id:
         return document
-    return dataclasses.replace(full, url=document.url)  # the stub's link, its identity
+    return msgspec.structs.replace(full, url=document.url)  # the stub's link, its identity

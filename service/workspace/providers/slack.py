@@ -9,6 +9,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from msgspec import structs
+
 from service.workspace.error_bodies import safe_scopes
 from service.workspace.http import HttpClient
 from service.workspace.model import (
@@ -266,4 +268,4 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
     if not uses_or(query.text):
         return page
     # A hint, not a refusal: Slack AI semantic search may still answer the query.
-    return replace(page, message=join_messages([page.message, OR_HINT]))
+    return structs.replace(page, message=join_messages([page.message, OR_HINT]))
