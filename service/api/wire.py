@@ -79,6 +79,8 @@ def find_nul(message: Any, prefix: str = "", depth: int = 0) -> str | None:
     no request string may carry one (rejected as INVALID_ARGUMENT naming the field)."""
     if depth > _MAX_DEPTH:
         return None
+    if depth == 0 and b"\x00" not in message.SerializeToString():
+        return None  # a string holding U+0000 is a 0x00 byte on the wire: none here (fast)
     for descriptor, value in message.ListFields():
         name = f"{prefix}{descriptor.name}"
         found = _nul_in_field(descriptor, value, name, depth)
