@@ -80,6 +80,11 @@ class FakeCalendar(FakeProvider):
         IANA name, which the service may not know)."""
         key = "date" if all_day else "dateTime"
         zone = {"timeZone": time_zone} if time_zone else {}
+        for value in (start, end):  # Google refuses such an event (400): so does the fake
+            try:
+                parse_when(value if not all_day else f"{value}T00:00:00Z")
+            except ValueError:
+                raise ValueError(f"Google Calendar holds no event at {value!r}") from None
         self.calendars[calendar_id]["_events"].append(
             {
                 "kind": "calendar#event",

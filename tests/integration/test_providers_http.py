@@ -579,6 +579,19 @@ async def test_calendar_fans_out_drops_cancelled_and_dedupes(fakes: FakeProvider
     assert "calendar broken@example.com failed" in page.message
 
 
+async def test_calendar_events_at_the_ends_of_the_calendar(fakes: FakeProviders) -> None:
+    cal = fakes.google_calendar
+    cal.add_calendar("east", time_zone="Etc/GMT-14")  # UTC+14: its 0001-01-01 is year 0 in UTC
+    cal.add_event("east", "first", "Epoch", start="0001-01-01", end="0001-01-02", all_day=True)
+    cal.add_event("east", "last", "Epoch", start="9999-12-30", end="9999-12-31", all_day=True,
+                  time_zone="Mars/Olympus_Mons")  # unknown: the calendar's zone applies
+    with pytest.raises(ValueError, match="holds no event"):  # Google refuses it, so the fake
+        cal.add_event("east", "bad", "Epoch", start="2026-02-30", end="2026-03-01", all_day=True)
+    page = await search(fakes, ProviderId.GOOGLE_CALENDAR, ProviderQuery("epoch"))
+    starts = {d.id: d.event_start_at for d in page.documents}
+    assert starts == {"first": None, "last": datetime(9999, 12, 29, 10, tzinfo=UTC)}
+
+
 async def test_calendar_project_pages_with_raw_token(fakes: FakeProviders) -> None:
     fakes.google_calendar.add_calendar("primary")
     for i in range(3):

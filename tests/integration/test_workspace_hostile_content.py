@@ -58,7 +58,7 @@ def _seed(fakes: FakeProviders, rng: random.Random, items: int) -> dict[str, str
     fakes.github.add_repo("acme/app", description=WORD)
     fakes.gitlab.add_project(1, "acme/app")
     fakes.google_calendar.add_calendar("primary")
-    fakes.google_calendar.add_calendar("east", time_zone="Pacific/Kiritimati")  # UTC+14
+    fakes.google_calendar.add_calendar("east", time_zone="Etc/GMT-14")  # UTC+14
     fakes.google_calendar.add_calendar("west", time_zone="Etc/GMT+12")  # UTC-12
     fakes.jira.add_site("cloud-1", "acme")
     fakes.confluence.add_site("cloud-1", "acme")
