@@ -79,6 +79,10 @@ class PgServer:
     def _pg_ctl(self, *args: str) -> None:
         if not self.owned or self.pgdata is None:
             raise LocalPostgresError("only a server started by start_server() can be controlled")
+        if self.system_user is not None:
+            # Again each time: a directory above pgdata made private since (pytest does so
+            # to its temporary root) would lock pg_ctl out and leave the server running.
+            _grant_prefix(self.pgdata)
         run_program(
             "pg_ctl", "-D", str(self.pgdata), "-w", "-t", str(START_TIMEOUT),
             "-l", str(self.log_path), *args, user=self.system_user,
