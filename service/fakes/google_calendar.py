@@ -80,30 +80,29 @@ class FakeCalendar(FakeProvider):
         IANA name, which the service may not know)."""
         key = "date" if all_day else "dateTime"
         zone = {"timeZone": time_zone} if time_zone else {}
-        for value in (start, end):  # Google refuses such an event (400): so does the fake
-            try:
-                parse_when(value if not all_day else f"{value}T00:00:00Z")
-            except ValueError:
-                raise ValueError(f"Google Calendar holds no event at {value!r}") from None
-        self.calendars[calendar_id]["_events"].append(
-            {
-                "kind": "calendar#event",
-                "id": event_id,
-                "status": status,
-                "htmlLink": f"https://calendar.google.com/event?eid={event_id}",
-                "created": updated,
-                "updated": updated,
-                "summary": summary,
-                "description": "",
-                "location": "",
-                "creator": {"email": "jane@example.com"},
-                "organizer": {"email": "jane@example.com", "displayName": "Jane"},
-                "start": {key: start, **zone},
-                "end": {key: end, **zone},
-                "iCalUID": ical_uid or f"{event_id}@google.com",
-                "attendees": [{"email": a, "responseStatus": "accepted"} for a in attendees],
-            }
-        )
+        event: dict[str, Any] = {
+            "kind": "calendar#event",
+            "id": event_id,
+            "status": status,
+            "htmlLink": f"https://calendar.google.com/event?eid={event_id}",
+            "created": updated,
+            "updated": updated,
+            "summary": summary,
+            "description": "",
+            "location": "",
+            "creator": {"email": "jane@example.com"},
+            "organizer": {"email": "jane@example.com", "displayName": "Jane"},
+            "start": {key: start, **zone},
+            "end": {key: end, **zone},
+            "iCalUID": ical_uid or f"{event_id}@google.com",
+            "attendees": [{"email": a, "responseStatus": "accepted"} for a in attendees],
+        }
+        try:  # Google refuses an event that is not on the calendar (400): so does the fake
+            parse_when(_start(event))
+            parse_when(_end(event))
+        except ValueError:
+            raise ValueError(f"Google Calendar holds no event at {start!r}-{end!r}") from None
+        self.calendars[calendar_id]["_events"].append(event)
 
     def _calendars(self, request: Request, _: re.Match[str]) -> Response:
         items = [

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from msgspec.structs import replace
+from msgspec import structs
 
 from service.errors import InvalidPageToken
 from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner, fingerprint
@@ -249,7 +249,7 @@ def decode_cursor(signer: TokenSigner, binding: str, cursor: str, field_name: st
         raise InvalidPageToken.field(field_name, "cursor is too long")
     payload = signer.verify(cursor, CURSOR_KIND, binding, field=field_name)
     state = ListState.from_wire(payload.get("l"), field_name)
-    return replace(state, seen=_unpack(payload.get("s"), field_name))
+    return structs.replace(state, seen=_unpack(payload.get("s"), field_name))
 
 
 def _first_open(pages: Sequence[FetchedPage], emitted: Collection[str]) -> int | None:
@@ -268,16 +268,16 @@ def resume_state(read: ReadPass, emitted: Collection[str], contributed: int) -> 
     is the list's result count so far.
     """
     start, pages = read.start, read.pages
-    base = replace(start, emitted=contributed, seen=(), wait_until=0)
+    base = structs.replace(start, emitted=contributed, seen=(), wait_until=0)
     if read.ended:
-        return replace(base, exhausted=True)
+        return structs.replace(base, exhausted=True)
     if not pages:
-        return replace(base, sweep=read.sweep)
+        return structs.replace(base, sweep=read.sweep)
     reached_end = pages[-1].next_cursor is None
     first_open = _first_open(pages, emitted)
     if read.sweep is Pass.SWEEP:
         if reached_end and first_open is None:
-            return replace(base, exhausted=True)
+            return structs.replace(base, exhausted=True)
         if read.cut and first_open is None:  # too long to sweep in one call: go on from here
             last = pages[-1]
             return ListState(last.next_cursor, last.offset + len(last.ids), start.limit, False,

@@ -339,10 +339,10 @@ def build_plan(
     _cross_checks(checked, limits, violations)
     violations.raise_if_any()
     top_k = request.top_k or limits.default_top_k
+    targets = [(c, account) for c in checked for account in c.targets]
     slots = tuple(
-        Slot(0, c.index, c.query, account, c.start) for c in checked for account in c.targets
+        Slot(i, c.index, c.query, account, c.start) for i, (c, account) in enumerate(targets)
     )
-    slots = tuple(structs.replace(slot, index=i) for i, slot in enumerate(slots))
     unmatched = tuple((c.index, c.provider) for c in checked if not c.targets)
     binding = page_binding(tenant, _fingerprint(top_k, limits, checked, slots))
     resume = (

@@ -102,23 +102,13 @@ def from_epoch(value: Any, *, millis: bool = False) -> datetime | None:
     """Unix seconds (or milliseconds), given as number or string, as UTC to the microsecond
     (decimal, not float: Gmail's 253402300799999 is 23:59:59.999 of 9999-12-31, not .998993);
     None when unusable or outside years 1-9999."""
-    raw = text(value).strip()
-    negative = raw.startswith("-")
-    whole, dot, fraction = raw[negative:].partition(".")
-    digits = 3 if millis else 6  # of a microsecond's place below the unit
-    if (whole.isdecimal() and len(whole) < 18 and len(fraction) <= digits
-            and (fraction.isdecimal() or not dot)):
-        # The common shapes ("1700000000.000100", "1764979200123") in integers: exact, fast.
-        micros = int(whole) * 10**digits + int(fraction.ljust(digits, "0"))
-        micros = -micros if negative else micros
-    else:
-        try:
-            number = Decimal(raw)
-        except InvalidOperation:
-            return None
-        if not number.is_finite() or number.adjusted() > 15:  # year 9999 is ~2.5e14 ms
-            return None
-        micros = int((number * 10**digits).to_integral_value(ROUND_HALF_EVEN))
+    try:
+        number = Decimal(text(value).strip())
+    except InvalidOperation:
+        return None
+    if not number.is_finite() or number.adjusted() > 15:  # year 9999 is ~2.5e14 ms
+        return None
+    micros = int((number * (1_000 if millis else 1_000_000)).to_integral_value(ROUND_HALF_EVEN))
     try:
         return _EPOCH + timedelta(microseconds=micros)
     except OverflowError:  # before year 1 or after 9999

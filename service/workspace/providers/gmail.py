@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import msgspec
+from msgspec import structs
 
 from service.workspace.http import HttpClient, RawResponse, status_error
 from service.workspace.http_wire import loads
@@ -414,4 +414,4 @@ async def hydrate(http: HttpClient, document: NativeDocument) -> NativeDocument:
     full = parse_message(outcome, "")
     if full.id != document.id:
         return document
-    return msgspec.structs.replace(full, url=document.url)  # the stub's link, its identity
+    return structs.replace(full, url=document.url)  # the stub's link, its identity

@@ -96,7 +96,7 @@ def test_epoch_times_are_exact_to_the_microsecond_in_every_year() -> None:
     assert from_epoch("253402300799999", millis=True) == datetime(
         9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
     assert from_epoch(1700000000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
-    # Digits past the microsecond round half to even, whichever path reads them.
+    # Digits past the microsecond round half to even.
     assert from_epoch("0.0000015") == epoch + timedelta(microseconds=2)
     assert from_epoch("0.0000025") == epoch + timedelta(microseconds=2)
     assert from_epoch("-0.5") == epoch - timedelta(microseconds=500_000)
