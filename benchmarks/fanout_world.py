@@ -154,11 +154,12 @@ class Fakes:
         [provider, method, target, [[header, value], ...], base64 body, monotonic seconds]."""
         taken = []
         for fake in self.serving:
-            log = fake.server.log
+            log = list(fake.server.log)  # the most recent requests
+            fresh = fake.server.served - self._logged.get(fake.name, 0)
             taken += [[fake.name, r.method, r.target, sorted(r.headers.items()),
                        base64.b64encode(r.body).decode(), r.received]
-                      for r in log[self._logged.get(fake.name, 0):]]
-            self._logged[fake.name] = len(log)
+                      for r in log[max(0, len(log) - fresh):]]
+            self._logged[fake.name] = fake.server.served
         return sorted(taken, key=lambda exchange: exchange[5])
 
     async def close(self) -> None:

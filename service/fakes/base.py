@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -85,8 +85,9 @@ class FakeProvider:
         return self.server.requests
 
     @property
-    def log(self) -> list[Request]:
-        """Every request served, in order."""
+    def log(self) -> deque[Request]:
+        """The requests served, in order (the most recent `LOG_LIMIT` of them; `requests` counts
+        every one)."""
         return self.server.log
 
     def reset(self) -> None:

@@ -15,11 +15,15 @@ import json
 import socket
 import struct
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+# Requests kept in `FakeHttpServer.log` (the most recent): a demo or benchmark server answers
+# hundreds of thousands, and a test reads a handful.
+LOG_LIMIT = 10_000
 
 _REASONS = {
     200: "OK",
@@ -123,8 +127,9 @@ class FakeHttpServer:
         self._handler = handler
         self.faults: list[Fault] = []
         self.latency = 0.0
-        self.requests: Counter[str] = Counter()
-        self.log: list[Request] = []
+        self.requests: Counter[str] = Counter()  # every request seen, by path
+        self.log: deque[Request] = deque(maxlen=LOG_LIMIT)  # the most recent requests
+        self.served = 0  # requests read since the last reset (the log keeps the latest)
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.port = 0
@@ -159,6 +164,7 @@ class FakeHttpServer:
         self.latency = 0.0
         self.requests.clear()
         self.log.clear()
+        self.served = 0
 
     def _take_fault(self, request: Request) -> Fault | None:
         chosen = None
@@ -192,6 +198,7 @@ class FakeHttpServer:
                 return
             self.requests[request.path] += 1
             self.log.append(request)
+            self.served += 1
             fault = self._take_fault(request)
             delay = self.latency + (fault.delay if fault and fault.kind == "latency" else 0.0)
             if delay:

@@ -176,7 +176,7 @@ async def test_slow_drip_stops_at_the_deadline(fakes: FakeProviders) -> None:
 async def test_passed_deadline_sends_nothing(fakes: FakeProviders) -> None:
     error = await get_error(fakes, deadline_in=-1.0)
     assert error.state is QueryState.TIMED_OUT
-    assert fakes.github.log == []
+    assert not fakes.github.log
 
 
 async def test_budget_is_enforced(fakes: FakeProviders) -> None:
@@ -205,7 +205,7 @@ async def test_credentials_never_leave_the_origin(fakes: FakeProviders) -> None:
             await http.get_json(f"{fakes.gitlab.base_url}/api/v4/projects")
         same = await http.get_json(f"{fakes.github.base_url}/user/repos")
     assert "another origin" in caught.value.message
-    assert fakes.gitlab.log == []
+    assert not fakes.gitlab.log
     assert same == []
 
 
