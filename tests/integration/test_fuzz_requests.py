@@ -53,6 +53,7 @@ AUTH = ",".join(
     f"{hashlib.sha256(t.encode()).hexdigest()}:{tenant}:admin"
     for t, tenant in ((ALICE, "alice"), (BOB, "bob"))
 )
+TRAILER_BYTES = 6 * 1024
 BASE_ALLOWED = frozenset({
     grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.NOT_FOUND,
@@ -410,6 +411,9 @@ def check_outcome(method: MethodDescriptor, error: grpc.RpcError | None) -> None
     decoded = decode(error)
     assert decoded.info is not None, decoded
     assert decoded.info.domain == "search.v1", decoded
+    # Far from the 8 KiB where gRPC clients start refusing trailers (docs/contract.md, Errors).
+    trailers = error.trailing_metadata() or ()
+    assert sum(len(item.key) + len(item.value) for item in trailers) < TRAILER_BYTES, decoded
 
 
 def _fuzz(world: FuzzWorld, method: MethodDescriptor) -> None:
