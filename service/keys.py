@@ -7,7 +7,8 @@ import os
 import secrets
 from pathlib import Path
 
-from service.settings import Secret, SettingsError
+from service.secret import Secret
+from service.settings import SettingsError
 
 
 def load_key(configured: Secret, data_dir: Path, name: str, *, setting: str) -> bytes:

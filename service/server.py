@@ -78,7 +78,7 @@ def server_options(settings: Settings) -> list[tuple[str, Any]]:
     """Explicit message sizes and keepalive."""
     return [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
-        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.response_limit[0]),
         # Above the service's own limit: calls beyond it get RESOURCE_EXHAUSTED with its
         # ErrorInfo (not a queue on the connection), and a busy connection near the limit is
         # not refused at the HTTP/2 level (REFUSED_STREAM) while finished streams are reaped.
@@ -217,7 +217,8 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         observer = metrics
     limiter = TenantRateLimiter(settings.search_rate_per_tenant, settings.search_burst_per_tenant)
     limits = ResponseLimits(
-        max_message_bytes=settings.max_message_bytes,
+        max_message_bytes=settings.response_limit[0],
+        message_setting=settings.response_limit[1],
         write_timeout=settings.stream_write_timeout,
         stalled_bytes_per_tenant=settings.stalled_stream_bytes,
         messages_per_tenant=settings.stream_messages_per_tenant,
@@ -399,7 +400,7 @@ async def _build_servicers(
     indexer = Indexer(store, embedder)
     servicers: dict[str, Any] = {
         "search.v1.ProjectSearchService": ProjectSearchServicer(
-            search, settings.max_message_bytes
+            search, settings.response_limit[0]
         ),
         "search.v1.IndexService": IndexServicer(store, indexer, signer, identity),
     }

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from service.secret import Secret
+
 PREFIX = "SEARCH_"
 # Read by the command-line client (`SEARCH_CLIENT_TOKEN`), not by the server: an operator
 # who exports them in the server's shell must not be refused.
@@ -25,33 +27,6 @@ OAUTH_FAMILIES = ("google", "slack", "github", "gitlab", "atlassian")
 
 class SettingsError(ValueError):
     """A setting is missing or malformed."""
-
-
-class Secret:
-    """A string that never shows itself in repr or str."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret value."""
-        return self._value
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __repr__(self) -> str:
-        return "Secret('***')" if self._value else "Secret('')"
-
-    __str__ = __repr__
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -185,7 +160,15 @@ class Settings:
         default=10.0, metadata=_doc("Seconds open calls may finish after SIGTERM.")
     )
     max_message_bytes: int = field(
-        default=16 * 1024 * 1024, metadata=_doc("Max gRPC message size, both directions.")
+        default=16 * 1024 * 1024,
+        metadata=_doc("Max gRPC message size, both directions (responses: also "
+                      "SEARCH_MAX_RESPONSE_BYTES)."),
+    )
+    max_response_bytes: int = field(
+        default=4 * 1024 * 1024,
+        metadata=_doc("Max response message size (pages are cut to fit). 4 MiB is what gRPC "
+                      "clients and grpcurl read unless told otherwise; raise it only with "
+                      "every client's receive limit."),
     )
     max_concurrent_streams: int = field(
         default=256, metadata=_doc("Max concurrent calls; more get RESOURCE_EXHAUSTED.")
@@ -330,6 +313,13 @@ class Settings:
         default="", metadata=_doc("Atlassian token endpoint override (self-hosted, tests).")
     )
 
+    @property
+    def response_limit(self) -> tuple[int, str]:
+        """(bytes, setting): the largest response message, and the setting that sets it."""
+        if self.max_response_bytes <= self.max_message_bytes:
+            return self.max_response_bytes, "SEARCH_MAX_RESPONSE_BYTES"
+        return self.max_message_bytes, "SEARCH_MAX_MESSAGE_BYTES"
+
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
         """Build from `SEARCH_*` keys; unknown `SEARCH_*` keys are rejected."""
@@ -373,6 +363,7 @@ class Settings:
             ("provider_request_timeout", self.provider_request_timeout > 0),
             ("grace_period", self.grace_period >= 0),
             ("max_message_bytes", 1024 <= self.max_message_bytes <= 256 * 1024 * 1024),
+            ("max_response_bytes", 1024 <= self.max_response_bytes <= 256 * 1024 * 1024),
             ("max_concurrent_streams", self.max_concurrent_streams >= 1),
             ("stream_write_timeout", self.stream_write_timeout > 0),
             ("stalled_stream_bytes", self.stalled_stream_bytes >= 1),

@@ -216,7 +216,7 @@ class _Call:
                 "bytes; ask for a smaller page",
                 reason="RESPONSE_TOO_LARGE",
                 metadata={"limit": str(limit), "bytes": str(len(data)),
-                          "setting": "SEARCH_MAX_MESSAGE_BYTES"},
+                          "setting": self.owner._budget.limits.message_setting},
             )
         return data
 

@@ -23,10 +23,12 @@ GATED_METHODS = frozenset({"/search.v1.ProjectSearchService/SearchProjects"})
 
 @dataclass(frozen=True)
 class ResponseLimits:
-    """SEARCH_MAX_MESSAGE_BYTES, SEARCH_STREAM_WRITE_TIMEOUT, SEARCH_STALLED_STREAM_BYTES
-    and SEARCH_STREAM_MESSAGES_PER_TENANT."""
+    """The response size limit (SEARCH_MAX_RESPONSE_BYTES or SEARCH_MAX_MESSAGE_BYTES, the
+    smaller: `message_setting` names it), SEARCH_STREAM_WRITE_TIMEOUT,
+    SEARCH_STALLED_STREAM_BYTES and SEARCH_STREAM_MESSAGES_PER_TENANT."""
 
-    max_message_bytes: int = 16 * 1024 * 1024
+    max_message_bytes: int = 4 * 1024 * 1024
+    message_setting: str = "SEARCH_MAX_RESPONSE_BYTES"
     write_timeout: float = 30.0
     stalled_bytes_per_tenant: int = 128 * 1024 * 1024
     messages_per_tenant: int = 16

@@ -10,6 +10,7 @@ ErrorInfo RESPONSE_TOO_LARGE, and the access log says so.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from google.protobuf import struct_pb2
 from search_client.pb.search.v1 import index_pb2, index_pb2_grpc
 from search_client.pb.search.v1 import project_search_pb2 as ps
 from search_client.pb.search.v1 import project_search_pb2_grpc as ps_grpc
+from tests.integration.test_grpcurl_docs import GRPCURL
 from tests.support.pg import fresh_database
 from tests.support.server import running_server
 from tests.support.status import decode
@@ -131,3 +133,34 @@ async def test_a_response_over_the_limit_is_refused_with_error_info(
     codes = [json.loads(r.getMessage())["code"] for r in caplog.records
              if r.name == "search.access" and "UpsertDocuments" in r.getMessage()]
     assert codes == ["RESOURCE_EXHAUSTED"]
+
+
+async def test_default_clients_read_every_page_on_the_default_settings(tmp_path: Path) -> None:
+    """Generated stubs and grpcurl read at most 4 MiB a message unless told otherwise. With a
+    16 MiB response limit a page of 100 x 60 KB (6 MB) reached them and was refused by the
+    client ("Received message larger than max"); the default response limit is now 4 MiB."""
+    env = {"SEARCH_EMBEDDER": "none"}  # every message limit at its default
+    async with running_server(tmp_path, env) as app:
+        async with _channel(app.port) as channel:
+            pid = await _corpus(channel)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:  # defaults
+            search = ps_grpc.ProjectSearchServiceStub(channel)
+            messages = [m async for m in search.SearchProjects(
+                _request(pid, max_pages=10), timeout=60)]
+        assert all(m.ByteSize() <= 4 * 1024 * 1024 for m in messages)
+        rows = [r.row_id for m in messages for r in m.page.results]
+        assert len(messages) > 1, "a page of 100 x 60 KB is cut"
+        assert sorted(rows) == [f"r{i:03d}" for i in range(DOCUMENTS)]
+        if GRPCURL is None:
+            return
+        request = json.dumps({"scope": {"projectIds": [pid]}, "text": "alpha",
+                              "mode": "SEARCH_MODE_FTS", "pageSize": 100})
+        process = await asyncio.create_subprocess_exec(  # grpcurl's default -max-msg-sz: 4 MB
+            GRPCURL, "-plaintext", "-d", request, f"127.0.0.1:{app.port}",
+            "search.v1.ProjectSearchService/SearchProjects",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+        assert process.returncode == 0, err.decode()
+        page = json.loads(out)["page"]
+        assert page["hasMore"]
+        assert [r["rowId"] for r in page["results"]] == rows[: len(page["results"])]

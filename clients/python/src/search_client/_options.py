@@ -15,7 +15,7 @@ DEFAULT_TIMEOUT = 30.0
 # The longest a token-following workspace iterator waits out a provider's rate limit
 # before its next call, whatever `retry_after` says.
 MAX_RATE_LIMIT_PAUSE = 60.0
-# Pages of 1000 results with chunks can exceed gRPC's 4 MiB default; the server caps at 16 MiB.
+# Servers configured past gRPC's 4 MiB default (SEARCH_MAX_RESPONSE_BYTES) send larger pages.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
