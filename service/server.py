@@ -402,7 +402,9 @@ async def _build_servicers(
         "search.v1.ProjectSearchService": ProjectSearchServicer(
             search, settings.response_limit[0]
         ),
-        "search.v1.IndexService": IndexServicer(store, indexer, signer, identity),
+        "search.v1.IndexService": IndexServicer(
+            store, indexer, signer, identity, settings.response_limit[0]
+        ),
     }
     servicers.update(await _workspace_servicers(settings, app, store, overrides))
     return servicers

@@ -69,14 +69,23 @@ def document_from_proto(doc: pb.Document, field: str) -> IncomingDocument:
     )
 
 
+# A rejected document's kind and row id are echoed as sent, cut past these (longer ones are
+# never valid: kinds are 1..64 characters, row ids 1..256).
+_ECHO_CHARS = 256
+
+
+def _echo(text: str) -> str:
+    return text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
+
+
 def result_to_proto(r: DocumentResult) -> pb.DocumentResult:
     """One document's outcome."""
     if r.outcome is None:
         violation = r.violation
         return pb.DocumentResult(
             index=r.index,
-            kind=r.kind,
-            row_id=r.row_id,
+            kind=_echo(r.kind),
+            row_id=_echo(r.row_id),
             outcome=pb.DOCUMENT_OUTCOME_REJECTED,
             field=violation.field if violation else "",
             message=violation.description if violation else "",

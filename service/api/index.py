@@ -38,7 +38,8 @@ _EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}\Z")  # \Z: "$" allows a fina
 MAX_DOCS_PER_MESSAGE = 500
 MAX_KEYS = 1000
 MAX_STATUS_PROJECTS = 1000
-MAX_RESULTS = 10_000  # DocumentResults in one UpsertDocumentsResponse (~4 MB at most)
+MAX_RESULTS = 10_000  # DocumentResults in one UpsertDocumentsResponse, while they fit
+_REPLY_COUNTS_BYTES = 1024  # the response's counts and flags, kept out of the results' room
 DOCUMENT_DESCRIPTOR = cast(Descriptor, pb.Document.DESCRIPTOR)
 DOCUMENTS_FIELD = pb.UpsertDocumentsRequest.DESCRIPTOR.fields_by_name["documents"].number
 
@@ -52,11 +53,13 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         indexer: Indexer,
         signer: TokenSigner,
         identity: EmbeddingIdentity | None,
+        max_message_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self._store = store
         self._indexer = indexer
         self._signer = signer
         self._identity = identity
+        self._max_message_bytes = max_message_bytes  # of a response
 
     async def CreateProject(
         self, request: pb.CreateProjectRequest, context: Any
@@ -110,7 +113,8 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
     ) -> pb.UpsertDocumentsResponse:
         """See the proto."""
         tenant = request_context.current().tenant
-        reply = pb.UpsertDocumentsResponse()
+        listed = _Results(self._max_message_bytes - _REPLY_COUNTS_BYTES)
+        reply = listed.reply
         index = 0
         message_number = 0
         async for message in request_iterator:
@@ -121,7 +125,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
                 salvaged = _salvage(message)
                 if salvaged is None:  # not even document by document: one rejection
                     reply.documents_received += 1
-                    _add_result(reply, DocumentResult(index, "", "", None, FieldViolation(
+                    listed.add(DocumentResult(index, "", "", None, FieldViolation(
                         f"{field}.{message.field}", message.description)))
                     index += 1
                     continue
@@ -131,7 +135,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
             )
             index += len(message.documents)
             for r in results:
-                _add_result(reply, r)
+                listed.add(r)
         return reply
 
     async def _upsert_message(
@@ -288,13 +292,26 @@ def _undecoded(result: DocumentResult, field: str, bad: FieldViolation) -> Docum
     return DocumentResult(result.index, "", "", None, violation)
 
 
-def _add_result(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:
-    """Count the document; list it while the response holds fewer than MAX_RESULTS."""
-    _count(reply, r)
-    if len(reply.results) < MAX_RESULTS:
-        reply.results.append(result_to_proto(r))
-    else:
-        reply.results_truncated = True
+class _Results:
+    """An UpsertDocumentsResponse in the making: every document counted, and listed while the
+    list holds fewer than MAX_RESULTS and fits in `room` bytes (then `results_truncated`, and
+    no later document is listed: the list is always the stream's first documents)."""
+
+    def __init__(self, room: int) -> None:
+        self.reply = pb.UpsertDocumentsResponse()
+        self._room = room
+
+    def add(self, r: DocumentResult) -> None:
+        _count(self.reply, r)
+        if self.reply.results_truncated:
+            return
+        item = result_to_proto(r)
+        size = item.ByteSize() + 8  # its tag and length
+        if len(self.reply.results) >= MAX_RESULTS or size > self._room:
+            self.reply.results_truncated = True
+            return
+        self.reply.results.append(item)
+        self._room -= size
 
 
 def _count(reply: pb.UpsertDocumentsResponse, r: DocumentResult) -> None:

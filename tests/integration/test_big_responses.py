@@ -3,9 +3,10 @@
 page_size (up to 1000) x metadata (up to 64 KiB) can exceed SEARCH_MAX_MESSAGE_BYTES: gRPC
 core then ended the stream RESOURCE_EXHAUSTED without ErrorInfo and the access log said OK.
 Now a SearchProjects page ends before the first result that would not fit, says `has_more`,
-and its token (or the stream's next page) continues at that result, so nothing is skipped.
-Any other response over the limit is refused by the server itself: RESOURCE_EXHAUSTED with
-ErrorInfo RESPONSE_TOO_LARGE, and the access log says so.
+and its token (or the stream's next page) continues at that result, so nothing is skipped;
+an UpsertDocuments reply lists the outcomes that fit and counts every document. Any other
+response over the limit is refused by the server itself: RESOURCE_EXHAUSTED with ErrorInfo
+RESPONSE_TOO_LARGE, and the access log says so.
 """
 
 from __future__ import annotations
@@ -114,24 +115,19 @@ async def test_a_response_over_the_limit_is_refused_with_error_info(
     env = server_env | {"SEARCH_MAX_MESSAGE_BYTES": str(64 * 1024)}
     async with running_server(tmp_path, env) as app, _channel(app.port) as channel:
         stub = index_pb2_grpc.IndexServiceStub(channel)
-        created = await stub.CreateProject(index_pb2.CreateProjectRequest(name="p"))
-        pid = created.project.project_id
-
-        async def messages() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
-            for batch in range(10):  # each message fits; the reply lists 6,000 results
-                yield index_pb2.UpsertDocumentsRequest(project_id=pid, documents=[
-                    index_pb2.Document(kind="note", row_id=f"{batch}-{i}", body="alpha")
-                    for i in range(600)])
-
+        for i in range(400):  # each status names its project: ~80 KB for all of them
+            await stub.CreateProject(index_pb2.CreateProjectRequest(
+                name=f"p{i}", external_id=f"{i:04d}-" + "x" * 190))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.UpsertDocuments(messages(), timeout=60)
+            await stub.GetIndexStatus(index_pb2.GetIndexStatusRequest(), timeout=60)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     info = decode(caught.value).info
     assert info is not None
     assert info.reason == "RESPONSE_TOO_LARGE"
     assert info.metadata["limit"] == str(64 * 1024)
+    assert info.metadata["setting"] == "SEARCH_MAX_MESSAGE_BYTES"
     codes = [json.loads(r.getMessage())["code"] for r in caplog.records
-             if r.name == "search.access" and "UpsertDocuments" in r.getMessage()]
+             if r.name == "search.access" and "GetIndexStatus" in r.getMessage()]
     assert codes == ["RESOURCE_EXHAUSTED"]
 
 
@@ -164,3 +160,49 @@ async def test_default_clients_read_every_page_on_the_default_settings(tmp_path:
         page = json.loads(out)["page"]
         assert page["hasMore"]
         assert [r["rowId"] for r in page["results"]] == rows[: len(page["results"])]
+
+
+async def test_an_upsert_reply_lists_what_fits_and_counts_everything(tmp_path: Path) -> None:
+    """UpsertDocuments lists each document's outcome for the first 10,000 documents. Row ids
+    of 256 CJK characters (768 bytes, valid) made 10,000 entries ~8 MB, over the response
+    limit: the whole reply was refused, after the documents were written. Now the list stops
+    where the message is full (`results_truncated`) and the counts still cover every document;
+    a rejected document's over-long kind and row id are echoed cut."""
+    limit = 64 * 1024
+    env = {"SEARCH_EMBEDDER": "none", "SEARCH_MAX_RESPONSE_BYTES": str(limit)}
+    documents = 300
+    async with running_server(tmp_path, env) as app, _channel(app.port) as channel:
+        stub = index_pb2_grpc.IndexServiceStub(channel)
+        created = await stub.CreateProject(index_pb2.CreateProjectRequest(name="long ids"))
+        pid = created.project.project_id
+
+        async def messages() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
+            yield index_pb2.UpsertDocumentsRequest(project_id=pid, documents=[
+                index_pb2.Document(kind="note", row_id=f"{i:04d}" + "\u6f22" * 252,
+                                   title=f"alpha {i}", body="alpha") for i in range(documents)])
+            yield index_pb2.UpsertDocumentsRequest(project_id=pid, documents=[
+                index_pb2.Document(kind="k" * 30_000, row_id="r" * 30_000, title="alpha",
+                                   body="alpha")])
+
+        reply = await stub.UpsertDocuments(messages(), timeout=60)
+        assert reply.ByteSize() <= limit
+        assert reply.documents_received == documents + 1
+        assert reply.documents_created == documents
+        assert reply.documents_rejected == 1
+        assert reply.results_truncated
+        assert 0 < len(reply.results) < documents
+        assert [r.index for r in reply.results] == list(range(len(reply.results)))
+        status = await stub.GetIndexStatus(index_pb2.GetIndexStatusRequest(project_ids=[pid]))
+        assert status.projects[0].documents == documents
+
+        async def rejected() -> AsyncIterator[index_pb2.UpsertDocumentsRequest]:
+            yield index_pb2.UpsertDocumentsRequest(project_id=pid, documents=[
+                index_pb2.Document(kind="k" * 30_000, row_id="r" * 30_000, title="alpha",
+                                   body="alpha")])
+
+        (result,) = (await stub.UpsertDocuments(rejected(), timeout=60)).results
+        assert result.outcome == index_pb2.DOCUMENT_OUTCOME_REJECTED
+        assert len(result.kind) < 300
+        assert result.kind.endswith("...")
+        assert len(result.row_id) < 300
+        assert result.row_id.endswith("...")

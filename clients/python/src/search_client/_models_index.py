@@ -117,7 +117,8 @@ class UpsertSummary:
     chunks_written: int
     chunks_embedded: int
     results: tuple[DocumentResult, ...] = ()
-    # Documents past the first 10,000 of the stream have no entry in `results`.
+    # Later documents of the stream (past 10,000, or past what fits in the response message)
+    # have no entry in `results`.
     results_truncated: bool = False
 
     @property
