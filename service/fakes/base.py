@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 import time
 from collections import Counter, deque
@@ -41,18 +42,28 @@ def parse_when(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+# Live page tokens are long: Drive's, Calendar's, Gmail's and Jira's run to 100-250
+# characters, and a search over many accounts carries one per list in its page token.
+_TOKEN_PADDING = 110
+
+
 def offset_token(offset: int) -> str:
-    """Opaque page token encoding an offset."""
-    return base64.urlsafe_b64encode(f"offset:{offset}".encode()).decode()
+    """Opaque page token encoding an offset, as long as the live APIs' (~160 characters)."""
+    raw = f"offset:{offset}:".encode() + hashlib.sha256(str(offset).encode()).digest() * 4
+    return base64.urlsafe_b64encode(raw[: 8 + _TOKEN_PADDING]).decode()
 
 
 def token_offset(token: str) -> int | None:
     """Offset of a page token; None when it is not one of ours."""
     try:
-        raw = base64.urlsafe_b64decode(token.encode()).decode()
+        raw = base64.urlsafe_b64decode(token.encode())
     except ValueError:
         return None
-    return int(raw[7:]) if raw.startswith("offset:") and raw[7:].isdigit() else None
+    head, _, rest = raw.partition(b":")
+    number, sep, _ = rest.partition(b":")
+    if head != b"offset" or not sep or not number.isdigit():
+        return None
+    return int(number)
 
 
 class FakeProvider:
