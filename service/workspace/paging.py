@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 from msgspec import structs
 
-from service.errors import InvalidPageToken
+from service.errors import InvalidPageToken, ResourceExhausted
 from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner, fingerprint
 from service.timerange import TimeRange
 from service.workspace.model import Kind, ProviderId
@@ -37,6 +37,7 @@ __all__ = [
     "CURSOR_KIND",
     "MAX_CURSOR_CHARS",
     "MAX_CURSOR_SEEN",
+    "MAX_PAGE_TOKEN_CHARS",
     "PAGE_TOKEN_KIND",
     "FetchedPage",
     "ListState",
@@ -57,6 +58,11 @@ __all__ = [
 PAGE_TOKEN_KIND = "ws-page"  # noqa: S105 - a token kind label, not a secret
 CURSOR_KIND = "ws-cursor"
 MAX_CURSOR_CHARS = 4000
+# A page token carries every list's resume point, whatever their number (a search reaches up
+# to four lists per account, each with the provider's page token: Drive's, Calendar's and
+# Jira's run to 100-250 characters), and as many emitted ids as fit in MAX_TOKEN_CHARS
+# beside them. Lists that need more than this are refused, never dropped.
+MAX_PAGE_TOKEN_CHARS = 1024 * 1024
 MAX_CURSOR_SEEN = 200  # beyond this a cursor may repeat its oldest results rather than grow
 _SHORT_BYTES = 6
 _SHORT_CHARS = 8  # base64url of 6 bytes, no padding
@@ -200,27 +206,38 @@ def _overflow(length: int, limit: int) -> int:
 
 
 def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> str:
-    """A signed page token for `state`; '' when even its list states do not fit.
+    """A signed page token for `state`.
 
-    Emitted ids are kept newest first: when all of them do not fit in MAX_TOKEN_CHARS the
-    oldest are forgotten (a later sweep may then emit one of those again: a repeat, never
-    a skip).
+    Every list's resume point travels. Emitted ids are kept newest first, in at most
+    MAX_TOKEN_CHARS beside the lists: past that the oldest are forgotten (a later sweep may
+    then emit one of those again: a repeat, never a skip). Lists that do not fit in
+    MAX_PAGE_TOKEN_CHARS raise ResourceExhausted (PAGE_TOKEN_TOO_LARGE): a page never says
+    nothing is left because its continuation was too large.
     """
     lists = [item.to_wire() for item in state.lists]
+    bare = signer.sign(PAGE_TOKEN_KIND, binding, {"l": lists, "e": "", "p": state.page_number})
+    if len(bare) > MAX_PAGE_TOKEN_CHARS:
+        raise ResourceExhausted(
+            f"this search's continuation ({len(state.lists)} lists) needs a page token of "
+            f"{len(bare)} characters, over {MAX_PAGE_TOKEN_CHARS}: give queries an account_id "
+            "or send fewer queries",
+            reason="PAGE_TOKEN_TOO_LARGE",
+            metadata={"limit": str(MAX_PAGE_TOKEN_CHARS), "lists": str(len(state.lists))},
+        )
+    limit = len(bare) + MAX_TOKEN_CHARS
     ids = state.emitted
     while True:
         payload = {"l": lists, "e": _pack(ids), "p": state.page_number}
         token = signer.sign(PAGE_TOKEN_KIND, binding, payload)
-        if len(token) <= MAX_TOKEN_CHARS:
+        if len(token) <= limit or not ids:
             return token
-        if not ids:
-            return ""
-        ids = ids[_overflow(len(token), MAX_TOKEN_CHARS) :]
+        ids = ids[_overflow(len(token), limit) :]
 
 
 def decode_page_token(signer: TokenSigner, binding: str, token: str, lists: int) -> PageState:
     """The state of a page token issued for this request; InvalidPageToken otherwise."""
-    payload = signer.verify(token, PAGE_TOKEN_KIND, binding, field="page_token")
+    payload = signer.verify(token, PAGE_TOKEN_KIND, binding, field="page_token",
+                            limit=MAX_PAGE_TOKEN_CHARS + MAX_TOKEN_CHARS)
     raw_lists = payload.get("l")
     page = payload.get("p")
     if not isinstance(raw_lists, list) or len(raw_lists) != lists:

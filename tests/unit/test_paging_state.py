@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.errors import InvalidPageToken
+from service.errors import InvalidPageToken, ResourceExhausted
 from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner
 from service.timerange import TimeRange
 from service.workspace.lists import ListRun, canonical_url, fusion_key, preview, result_id
@@ -22,6 +22,7 @@ from service.workspace.model import (
 )
 from service.workspace.paging import (
     MAX_CURSOR_SEEN,
+    MAX_PAGE_TOKEN_CHARS,
     FetchedPage,
     ListState,
     PageState,
@@ -90,10 +91,35 @@ def test_page_token_checks() -> None:
 def test_a_token_keeps_the_newest_ids_that_fit_and_forgets_the_oldest() -> None:
     emitted = tuple(short_id(str(i)) for i in range(4000))  # 32,000 characters of ids
     token = encode_page_token(SIGNER, BINDING, PageState((ListState(),), emitted, 9))
-    assert 0 < len(token) <= MAX_TOKEN_CHARS
+    bare = encode_page_token(SIGNER, BINDING, PageState((ListState(),), (), 9))
+    assert 0 < len(token) <= len(bare) + MAX_TOKEN_CHARS
     kept = decode_page_token(SIGNER, BINDING, token, 1).emitted
     assert 1400 < len(kept) < len(emitted)
     assert kept == emitted[-len(kept):]  # the most recent ones, in order
+
+
+def test_every_list_travels_however_many_and_ids_fit_beside_them() -> None:
+    """160 lists with 160-character provider page tokens need ~40 KiB: more than a 16 KiB
+    token, which then came out empty (a page that said nothing was left)."""
+    lists = tuple(ListState(f"{i:04d}" + "t" * 156, 10, 10) for i in range(160))
+    emitted = tuple(short_id(str(i)) for i in range(4000))
+    token = encode_page_token(SIGNER, BINDING, PageState(lists, emitted, 2))
+    bare = encode_page_token(SIGNER, BINDING, PageState(lists, (), 2))
+    assert len(bare) > MAX_TOKEN_CHARS
+    assert len(token) <= len(bare) + MAX_TOKEN_CHARS
+    state = decode_page_token(SIGNER, BINDING, token, 160)
+    assert state.lists == lists
+    assert 1400 < len(state.emitted) < len(emitted)
+    assert state.emitted == emitted[-len(state.emitted):]
+
+
+def test_lists_too_large_for_any_token_are_refused_not_dropped() -> None:
+    lists = tuple(ListState(f"{i:05d}" + "t" * 400, 10, 10) for i in range(2500))
+    with pytest.raises(ResourceExhausted) as caught:
+        encode_page_token(SIGNER, BINDING, PageState(lists, (), 2))
+    assert caught.value.reason == "PAGE_TOKEN_TOO_LARGE"
+    assert caught.value.metadata["lists"] == "2500"
+    assert int(caught.value.metadata["limit"]) == MAX_PAGE_TOKEN_CHARS
 
 
 def test_cursors_round_trip_and_are_empty_when_exhausted() -> None:
