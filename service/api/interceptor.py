@@ -213,7 +213,7 @@ class _Call:
         if len(data) > limit:
             raise ResourceExhausted(
                 f"the response is {len(data)} bytes, over the message limit of {limit} "
-                "bytes; ask for a smaller page",
+                "bytes; ask for less (a smaller page, fewer projects or ids)",
                 reason="RESPONSE_TOO_LARGE",
                 metadata={"limit": str(limit), "bytes": str(len(data)),
                           "setting": self.owner._budget.limits.message_setting},
