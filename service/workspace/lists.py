@@ -35,17 +35,27 @@ from service.workspace.providers import ProviderSpec, SearchFn
 from service.workspace.providers._common import join_messages
 
 __all__ = [
+    "NAME_CHARS",
     "PREVIEW_CHARS",
+    "TITLE_CHARS",
+    "URL_CHARS",
     "Fusion",
     "ListRun",
     "Vote",
     "canonical_url",
+    "clip",
     "fusion_key",
     "preview",
     "result_id",
 ]
 
 PREVIEW_CHARS = 1800
+# What a fused result carries of a provider's text, so that a page of 50 stays far under the
+# response limit whatever a provider sends: longer titles and names are cut, and a longer URL
+# is left out (a cut link leads nowhere; browsers refuse longer ones anyway).
+TITLE_CHARS = 1000
+NAME_CHARS = 500  # kind, author, container
+URL_CHARS = 8192
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -92,6 +102,11 @@ def identity(key: str) -> tuple[str, str]:
 def result_id(key: str) -> str:
     """Stable public id of a fused result (also the tie-breaker of the fused order)."""
     return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def clip(text: str, size: int) -> str:
+    """`text`, or its first characters and "..." when it is longer than `size`."""
+    return text if len(text) <= size else text[: size - 3] + "..."
 
 
 def preview(content: str, text: str, size: int = PREVIEW_CHARS) -> str:

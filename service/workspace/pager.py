@@ -37,7 +37,15 @@ from service.workspace.events import (
 )
 from service.workspace.fanout import Call, details
 from service.workspace.guidance import ProviderCard, cards_for
-from service.workspace.lists import Fusion, ListRun, preview
+from service.workspace.lists import (
+    NAME_CHARS,
+    TITLE_CHARS,
+    URL_CHARS,
+    Fusion,
+    ListRun,
+    clip,
+    preview,
+)
 from service.workspace.model import NativeDocument, ProviderError, ProviderId, QueryState
 from service.workspace.paging import (
     ListState,
@@ -196,12 +204,12 @@ class Pager:
             result_id=key,
             provider=best.account.provider,
             account_id=best.account.account_id,
-            kind=doc.kind,
-            title=doc.title,
-            url=doc.url,
+            kind=clip(doc.kind, NAME_CHARS),
+            title=clip(doc.title, TITLE_CHARS),
+            url=doc.url if len(doc.url) <= URL_CHARS else "",
             snippet=preview(doc.content, best.query.text),
-            author=doc.author,
-            container=doc.container,
+            author=clip(doc.author, NAME_CHARS),
+            container=clip(doc.container, NAME_CHARS),
             update_time=doc.modified_at,
             event_start_time=doc.event_start_at,
             score=rrf.total(vote.score for vote in votes),
