@@ -216,9 +216,9 @@ async def build_app(settings: Settings, **overrides: Any) -> App:
         metrics = Metrics()
         observer = metrics
     limiter = TenantRateLimiter(settings.search_rate_per_tenant, settings.search_burst_per_tenant)
+    response_bytes, response_setting = settings.response_limit
     limits = ResponseLimits(
-        max_message_bytes=settings.response_limit[0],
-        message_setting=settings.response_limit[1],
+        max_message_bytes=response_bytes, message_setting=response_setting,
         write_timeout=settings.stream_write_timeout,
         stalled_bytes_per_tenant=settings.stalled_stream_bytes,
         messages_per_tenant=settings.stream_messages_per_tenant,

@@ -12,6 +12,7 @@ from service.errors import InvalidArgument
 from service.indexing.documents import IncomingDocument, SuppliedChunk
 from service.indexing.pipeline import DocumentResult
 from service.store.base import Outcome, ProjectRecord, ProjectStatus
+from service.text import clip
 
 OUTCOMES = {
     Outcome.CREATED: pb.DOCUMENT_OUTCOME_CREATED,
@@ -69,13 +70,9 @@ def document_from_proto(doc: pb.Document, field: str) -> IncomingDocument:
     )
 
 
-# A rejected document's kind and row id are echoed as sent, cut past these (longer ones are
+# A rejected document's kind and row id are echoed as sent, cut past this (longer ones are
 # never valid: kinds are 1..64 characters, row ids 1..256).
 _ECHO_CHARS = 256
-
-
-def _echo(text: str) -> str:
-    return text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
 
 
 def result_to_proto(r: DocumentResult) -> pb.DocumentResult:
@@ -84,8 +81,8 @@ def result_to_proto(r: DocumentResult) -> pb.DocumentResult:
         violation = r.violation
         return pb.DocumentResult(
             index=r.index,
-            kind=_echo(r.kind),
-            row_id=_echo(r.row_id),
+            kind=clip(r.kind, _ECHO_CHARS),
+            row_id=clip(r.row_id, _ECHO_CHARS),
             outcome=pb.DOCUMENT_OUTCOME_REJECTED,
             field=violation.field if violation else "",
             message=violation.description if violation else "",

@@ -53,7 +53,7 @@ class IndexServicer(pb_grpc.IndexServiceServicer):
         indexer: Indexer,
         signer: TokenSigner,
         identity: EmbeddingIdentity | None,
-        max_message_bytes: int = 4 * 1024 * 1024,
+        max_message_bytes: int,
     ) -> None:
         self._store = store
         self._indexer = indexer

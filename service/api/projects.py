@@ -20,7 +20,7 @@ _RESULT_FRAMING = 8
 class ProjectSearchServicer(pb_grpc.ProjectSearchServiceServicer):
     """Streams ranked pages of a multi-project search."""
 
-    def __init__(self, search: ProjectSearch, max_message_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(self, search: ProjectSearch, max_message_bytes: int) -> None:
         self._search = search
         self._max_page_bytes = max(1, max_message_bytes - _PAGE_OVERHEAD)
 

@@ -8,6 +8,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from service.errors import DOMAIN, ServiceError
+from service.text import clip
 
 INTERNAL_MESSAGE = "internal error; the request id identifies it in the server logs"
 
@@ -36,7 +37,7 @@ def to_rpc_status(error: ServiceError) -> status_pb2.Status:
     found. With two or more, ErrorInfo's `violationCount` counts them all; when some are
     left out, the message says so too."""
     code_value: int = error.code.value[0]
-    metadata = {key: _cut(value, MAX_TEXT_CHARS) for key, value in error.metadata.items()}
+    metadata = {key: clip(value, MAX_TEXT_CHARS) for key, value in error.metadata.items()}
     total = len(error.violations)
     if total > 1:
         metadata["violationCount"] = str(total)
@@ -68,9 +69,9 @@ def _bad_request(error: ServiceError, used: int) -> error_details_pb2.BadRequest
     room = MAX_STATUS_BYTES - used - 64  # the Any wrapper, and the message's suffix
     for violation in error.violations:
         item = error_details_pb2.BadRequest.FieldViolation(
-            field=_cut(violation.field, MAX_FIELD_CHARS),
-            description=_cut(violation.description, MAX_TEXT_CHARS),
-            reason=_cut(violation.reason, MAX_FIELD_CHARS),
+            field=clip(violation.field, MAX_FIELD_CHARS),
+            description=clip(violation.description, MAX_TEXT_CHARS),
+            reason=clip(violation.reason, MAX_FIELD_CHARS),
         )
         cost = item.ByteSize() + 4  # the field's tag and length
         if bad.field_violations and cost > room:
@@ -78,11 +79,6 @@ def _bad_request(error: ServiceError, used: int) -> error_details_pb2.BadRequest
         bad.field_violations.append(item)
         room -= cost
     return bad
-
-
-def _cut(text: str, limit: int) -> str:
-    """`text`, or its first characters and "..." when it is longer than `limit`."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _cut_bytes(text: str, suffix: str = "") -> str:

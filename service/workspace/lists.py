@@ -43,7 +43,6 @@ __all__ = [
     "ListRun",
     "Vote",
     "canonical_url",
-    "clip",
     "fusion_key",
     "preview",
     "result_id",
@@ -102,11 +101,6 @@ def identity(key: str) -> tuple[str, str]:
 def result_id(key: str) -> str:
     """Stable public id of a fused result (also the tie-breaker of the fused order)."""
     return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
-def clip(text: str, size: int) -> str:
-    """`text`, or its first characters and "..." when it is longer than `size`."""
-    return text if len(text) <= size else text[: size - 3] + "..."
 
 
 def preview(content: str, text: str, size: int = PREVIEW_CHARS) -> str:

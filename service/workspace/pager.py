@@ -28,6 +28,7 @@ from msgspec import structs
 
 from service.ranking import rrf
 from service.ranking.tokens import TokenSigner
+from service.text import clip
 from service.workspace.events import (
     FusedPage,
     FusedResult,
@@ -43,7 +44,6 @@ from service.workspace.lists import (
     URL_CHARS,
     Fusion,
     ListRun,
-    clip,
     preview,
 )
 from service.workspace.model import NativeDocument, ProviderError, ProviderId, QueryState

@@ -215,7 +215,15 @@ def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> st
     nothing is left because its continuation was too large.
     """
     lists = [item.to_wire() for item in state.lists]
-    bare = signer.sign(PAGE_TOKEN_KIND, binding, {"l": lists, "e": "", "p": state.page_number})
+
+    def sign(ids: Sequence[str]) -> str:
+        return signer.sign(PAGE_TOKEN_KIND, binding,
+                           {"l": lists, "e": _pack(ids), "p": state.page_number})
+
+    token = sign(state.emitted)
+    if len(token) <= MAX_TOKEN_CHARS:
+        return token  # the common case: ids and lists within MAX_TOKEN_CHARS together
+    bare = sign(())
     if len(bare) > MAX_PAGE_TOKEN_CHARS:
         raise ResourceExhausted(
             f"this search's continuation ({len(state.lists)} lists) needs a page token of "
@@ -226,12 +234,10 @@ def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> st
         )
     limit = len(bare) + MAX_TOKEN_CHARS
     ids = state.emitted
-    while True:
-        payload = {"l": lists, "e": _pack(ids), "p": state.page_number}
-        token = signer.sign(PAGE_TOKEN_KIND, binding, payload)
-        if len(token) <= limit or not ids:
-            return token
+    while len(token) > limit and ids:
         ids = ids[_overflow(len(token), limit) :]
+        token = sign(ids)
+    return token
 
 
 def decode_page_token(signer: TokenSigner, binding: str, token: str, lists: int) -> PageState:
