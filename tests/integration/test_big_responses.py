@@ -162,14 +162,16 @@ async def test_default_clients_read_every_page_on_the_default_settings(tmp_path:
         assert [r["rowId"] for r in page["results"]] == rows[: len(page["results"])]
 
 
-async def test_an_upsert_reply_lists_what_fits_and_counts_everything(tmp_path: Path) -> None:
+async def test_an_upsert_reply_lists_what_fits_and_counts_everything(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
     """UpsertDocuments lists each document's outcome for the first 10,000 documents. Row ids
     of 256 CJK characters (768 bytes, valid) made 10,000 entries ~8 MB, over the response
     limit: the whole reply was refused, after the documents were written. Now the list stops
     where the message is full (`results_truncated`) and the counts still cover every document;
     a rejected document's over-long kind and row id are echoed cut."""
     limit = 64 * 1024
-    env = {"SEARCH_EMBEDDER": "none", "SEARCH_MAX_RESPONSE_BYTES": str(limit)}
+    env = server_env | {"SEARCH_MAX_RESPONSE_BYTES": str(limit)}  # under its message limit
     documents = 300
     async with running_server(tmp_path, env) as app, _channel(app.port) as channel:
         stub = index_pb2_grpc.IndexServiceStub(channel)
