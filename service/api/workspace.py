@@ -30,8 +30,11 @@ def _ignore(_provider: str, _state: str) -> None:
 class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
     """Lists accounts with guidance; streams statuses and fused pages of a search."""
 
-    def __init__(self, engine: WorkspaceEngine, on_query: QueryObserver = _ignore) -> None:
+    def __init__(
+        self, engine: WorkspaceEngine, response_limit: int, on_query: QueryObserver = _ignore
+    ) -> None:
         self._engine = engine
+        self._response_limit = response_limit
         self._on_query = on_query
 
     async def ListAccounts(
@@ -66,9 +69,31 @@ class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
                             yield pb.SearchWorkspaceResponse(query_status=status_to_proto(event))
                         continue
                     page = page_to_proto(event)
-                    page.statuses.extend(held)
+                    inside = _fitting_tail(held, self._response_limit - page.ByteSize())
+                    for early in held[: len(held) - inside]:
+                        yield pb.SearchWorkspaceResponse(query_status=early)
+                    page.statuses.extend(held[len(held) - inside:])
                     held.clear()
                     yield pb.SearchWorkspaceResponse(page=page)
         finally:
             for status in settled.values():
                 self._on_query(status.provider.value, status.state.value)
+
+
+# Bytes a message adds around a status in the page's repeated field or as a stream message:
+# the field tags and the length prefixes (at most 4 + 4 for a status under 256 MiB).
+_STATUS_FRAMING = 10
+
+
+def _fitting_tail(statuses: list[pb.QueryStatus], room: int) -> int:
+    """How many of the last `statuses` fit in `room` bytes of the page. IN_PAGE statuses
+    travel inside their page while it fits the response limit (every page of a search over
+    a few hundred lists); the earlier ones that do not fit go before the page as
+    `query_status` messages, as STREAMED sends them, so the order is kept."""
+    count = 0
+    for status in reversed(statuses):
+        room -= status.ByteSize() + _STATUS_FRAMING
+        if room < 0:
+            break
+        count += 1
+    return count

@@ -120,10 +120,11 @@ def build_workspace_servicers(
     if closers is not None:
         closers.append(engine.aclose)  # provider connections are kept between calls
         closers.append(refresher.aclose)  # after refreshes in flight have stored their tokens
+    response_limit = settings.response_limit[0]
     servicer = (
-        WorkspaceSearchServicer(engine)
+        WorkspaceSearchServicer(engine, response_limit)
         if on_query is None
-        else WorkspaceSearchServicer(engine, on_query)
+        else WorkspaceSearchServicer(engine, response_limit, on_query)
     )
     return {
         "search.v1.WorkspaceSearchService": servicer,
