@@ -61,10 +61,11 @@ class TokenSigner:
         return f"{_b64(body)}.{_b64(self._mac(body))}"
 
     def verify(
-        self, token: str, kind: str, binding: str, *, field: str, limit: int = MAX_TOKEN_CHARS
+        self, token: str, kind: str, binding: str | tuple[str, ...], *, field: str,
+        limit: int = MAX_TOKEN_CHARS,
     ) -> dict[str, Any]:
-        """The state of a valid token of at most `limit` characters; InvalidPageToken naming
-        `field` otherwise."""
+        """The state of a valid token of at most `limit` characters bound to `binding` (or to
+        any of several); InvalidPageToken naming `field` otherwise."""
         if len(token) > limit:
             raise InvalidPageToken.field(field, "token is too long")
         body_part, _, mac_part = token.partition(".")
@@ -81,7 +82,9 @@ class TokenSigner:
             raise InvalidPageToken.field(field, "token is malformed") from None
         if not isinstance(payload, dict) or payload.get("v") != _VERSION:
             raise InvalidPageToken.field(field, "token version is not supported")
-        if payload.get("k") != kind or not hmac.compare_digest(str(payload.get("b")), binding):
+        bound = str(payload.get("b"))
+        allowed = (binding,) if isinstance(binding, str) else binding
+        if payload.get("k") != kind or not any(hmac.compare_digest(bound, b) for b in allowed):
             raise InvalidPageToken.field(
                 field, "token belongs to another request; restart without a token"
             )

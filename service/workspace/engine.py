@@ -35,6 +35,10 @@ NO_ACCOUNT = (
     "nothing was searched: no connected {provider} account; "
     "connect one with AccountService.ConnectAccount"
 )
+GONE = (
+    "this account was disconnected after an earlier page of this search: nothing more is "
+    "searched on it"
+)
 
 
 @dataclass(frozen=True)
@@ -121,13 +125,13 @@ class WorkspaceEngine:
             self._settings.limits(),
         )
         first_page = plan.resume.page_number if plan.resume else 1
-        for query_index, provider in plan.unmatched:
+        for query_index, provider, account_id in plan.unmatched:
             yield QueryStatus(
                 query_index=query_index,
-                account_id="",
+                account_id=account_id,
                 provider=provider,
                 state=QueryState.SKIPPED,
-                message=NO_ACCOUNT.format(provider=provider.value),
+                message=GONE if account_id else NO_ACCOUNT.format(provider=provider.value),
                 page_number=first_page,
             )
         page_size = max(plan.top_k, self._settings.min_provider_page)
@@ -166,6 +170,7 @@ class WorkspaceEngine:
 
     @staticmethod
     def _start(plan: Plan, slot: Slot, page_size: int) -> ListState:
-        if plan.resume is not None:
-            return plan.resume.lists[slot.index]
+        resumed = plan.resume.resume_of(slot.key) if plan.resume is not None else None
+        if resumed is not None:
+            return resumed
         return slot.start or ListState(limit=page_size)

@@ -217,7 +217,8 @@ class Pager:
         )
 
     def _page_token(self, resumes: Sequence[ListState]) -> str:
-        state = PageState(tuple(resumes), tuple(self._fusion.emitted), self._page_number + 1)
+        state = PageState(tuple(resumes), tuple(self._fusion.emitted), self._page_number + 1,
+                          tuple(run.slot.key for run in self._runs))
         return encode_page_token(self._signer, self._plan.binding, state)
 
     def _cursor(self, run: ListRun, resume: ListState) -> str:

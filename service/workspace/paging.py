@@ -4,7 +4,8 @@ Every (query, account) result list is read in provider pages of a fixed size. Re
 identity, never by position: a list resumes by reading again the provider page that held its
 first result not yet emitted (or a page that failed in part), and every result of that read
 not yet emitted is a candidate, wherever it now sits; what was emitted is known by id. A
-page token keeps every list's resume point plus the short ids of the fused results already
+page token keeps every list's resume point, named by its (query, account) so accounts may
+come and go between pages, plus the short ids of the fused results already
 emitted (the most recent ones when they do not all fit); a per-query cursor keeps one list's
 resume point plus the ids of its own results already emitted (at most MAX_CURSOR_SEEN).
 
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_PAGE_TOKEN_CHARS",
     "PAGE_TOKEN_KIND",
     "FetchedPage",
+    "ListKey",
     "ListState",
     "PageState",
     "Pass",
@@ -136,6 +138,9 @@ class ListState(msgspec.Struct, frozen=True):
         return cls(cursor, offset, limit, bool(exhausted), emitted, Pass(sweep), wait_until)
 
 
+ListKey = tuple[int, str]  # (query_index, account_id): one list of a search
+
+
 @dataclass(frozen=True)
 class PageState:
     """Everything the next fused page needs: each list's resume point and what was emitted."""
@@ -143,6 +148,19 @@ class PageState:
     lists: tuple[ListState, ...]
     emitted: tuple[str, ...]  # short ids, in the order they were emitted
     page_number: int  # 1-based number of the next page
+    # (query_index, account_id) of each list, in the order of `lists`. Lists resume by
+    # name, not by position: an account connected or disconnected between pages leaves
+    # every other list where it was.
+    keys: tuple[ListKey, ...]
+
+    @functools.cached_property
+    def _by_key(self) -> dict[ListKey, ListState]:
+        return dict(zip(self.keys, self.lists, strict=True))
+
+    def resume_of(self, key: ListKey) -> ListState | None:
+        """Where the list `key` resumes; None when the token has no such list (its account
+        was connected after the token was issued: it starts from its first page)."""
+        return self._by_key.get(key)
 
 
 class FetchedPage(msgspec.Struct, frozen=True):
@@ -217,8 +235,10 @@ def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> st
     lists = [item.to_wire() for item in state.lists]
 
     def sign(ids: Sequence[str]) -> str:
-        return signer.sign(PAGE_TOKEN_KIND, binding,
-                           {"l": lists, "e": _pack(ids), "p": state.page_number})
+        return signer.sign(PAGE_TOKEN_KIND, binding, {
+            "l": lists, "k": [list(key) for key in state.keys], "e": _pack(ids),
+            "p": state.page_number,
+        })
 
     token = sign(state.emitted)
     if len(token) <= MAX_TOKEN_CHARS:
@@ -240,18 +260,41 @@ def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> st
     return token
 
 
-def decode_page_token(signer: TokenSigner, binding: str, token: str, lists: int) -> PageState:
-    """The state of a page token issued for this request; InvalidPageToken otherwise."""
-    payload = signer.verify(token, PAGE_TOKEN_KIND, binding, field="page_token",
-                            limit=MAX_PAGE_TOKEN_CHARS + MAX_TOKEN_CHARS)
+def decode_page_token(
+    signer: TokenSigner, binding: str, token: str, keys: Sequence[ListKey], legacy: str = ""
+) -> PageState:
+    """The state of a page token issued for this request; InvalidPageToken otherwise.
+
+    `keys` name the request's lists as they are now. `legacy` is the binding of tokens issued
+    before lists had names (bound to the same lists in the same order, so `keys` name them):
+    tokens in flight across an upgrade go on.
+    """
+    payload = signer.verify(token, PAGE_TOKEN_KIND, (binding, legacy) if legacy else binding,
+                            field="page_token", limit=MAX_PAGE_TOKEN_CHARS + MAX_TOKEN_CHARS)
     raw_lists = payload.get("l")
     page = payload.get("p")
-    if not isinstance(raw_lists, list) or len(raw_lists) != lists:
+    named = _list_keys(payload["k"]) if "k" in payload else tuple(keys)
+    if not isinstance(raw_lists, list) or len(raw_lists) != len(named):
         raise InvalidPageToken.field("page_token", "token is malformed")
     if not isinstance(page, int) or isinstance(page, bool) or page < 1:
         raise InvalidPageToken.field("page_token", "token is malformed")
     states = tuple(ListState.from_wire(item, "page_token") for item in raw_lists)
-    return PageState(states, _unpack(payload.get("e"), "page_token"), page)
+    return PageState(states, _unpack(payload.get("e"), "page_token"), page, named)
+
+
+def _list_keys(raw: Any) -> tuple[ListKey, ...]:
+    """The `k` of a page token: distinct [query_index, account_id] pairs."""
+    if not isinstance(raw, list):
+        raise InvalidPageToken.field("page_token", "token is malformed")
+    keys: list[ListKey] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
+                and not isinstance(item[0], bool) and item[0] >= 0 and isinstance(item[1], str)):
+            raise InvalidPageToken.field("page_token", "token is malformed")
+        keys.append((item[0], item[1]))
+    if len(set(keys)) != len(keys):
+        raise InvalidPageToken.field("page_token", "token is malformed")
+    return tuple(keys)
 
 
 def encode_cursor(signer: TokenSigner, binding: str, state: ListState) -> str:

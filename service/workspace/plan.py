@@ -32,6 +32,7 @@ from service.ranking.tokens import TokenSigner, fingerprint
 from service.timerange import TimeRange
 from service.workspace.model import Account, Kind, ProviderId
 from service.workspace.paging import (
+    ListKey,
     ListState,
     PageState,
     cursor_binding,
@@ -94,6 +95,11 @@ class Slot(msgspec.Struct, frozen=True):
     account: Account
     start: ListState | None  # from the query's cursor
 
+    @property
+    def key(self) -> ListKey:
+        """The list's name in page tokens."""
+        return self.query_index, self.account.account_id
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -103,7 +109,10 @@ class Plan:
     top_k: int
     max_pages: int
     slots: tuple[Slot, ...]
-    unmatched: tuple[tuple[int, ProviderId], ...]  # (query_index, provider) with no account
+    # (query_index, provider, account_id) of queries that reach no account (account_id '':
+    # none of the provider is connected) and of lists whose account was disconnected after
+    # the page token was issued
+    unmatched: tuple[tuple[int, ProviderId, str], ...]
     binding: str  # what page tokens of this request are bound to
     resume: PageState | None  # decoded page token
 
@@ -183,16 +192,20 @@ def _normalised(query: NativeQuery, spec: ProviderSpec) -> NativeQuery:
 
 def _resolve(
     tenant: str, index: int, query: NativeQuery, accounts: Sequence[Account],
-    signer: TokenSigner, violations: _Violations,
+    signer: TokenSigner, violations: _Violations, continuing: bool,
 ) -> tuple[tuple[Account, ...], ListState | None] | None:
-    """Target accounts of a query and its cursor state; None after recording a violation."""
+    """Target accounts of a query and its cursor state; None after recording a violation.
+    `continuing`: the request has a page token, so an unknown account_id was known when the
+    token was issued (the token is bound to the query) and has been disconnected since."""
     assert query.provider is not None
     mine = tuple(a for a in accounts if a.provider is query.provider)
     if query.account_id:
         mine = tuple(a for a in mine if a.account_id == query.account_id)
-        if not mine:
+        if not mine and not continuing:
             violations.add(index, f"queries[{index}].account_id", "unknown account")
             return None
+        if not mine:  # disconnected since the first page: the other queries go on
+            return (), None
     if not query.cursor:
         return mine, None
     path = f"queries[{index}].cursor"
@@ -292,13 +305,18 @@ def _top_level(request: SearchRequest, limits: Limits, violations: _Violations) 
 
 
 def _fingerprint(top_k: int, limits: Limits, checked: Sequence[_Checked],
-                 slots: Sequence[Slot]) -> str:
+                 slots: Sequence[Slot] | None = None) -> str:
+    """What a page token is bound to: the request, not the accounts it reaches (its lists
+    are named in the token). With `slots`: the binding of tokens issued before lists had
+    names, which were bound to the lists too."""
     queries = [
         [c.index, c.provider.value, c.query.account_id, c.query.text,
          c.query.kind.value if c.query.kind else None, str(c.query.time_range.start),
          str(c.query.time_range.end), c.query.project, c.query.cursor]
         for c in checked
     ]
+    if slots is None:
+        return fingerprint(RRF_VERSION, limits.rrf_k, top_k, queries)
     lists = [[s.query_index, s.account.account_id] for s in slots]
     return fingerprint(RRF_VERSION, limits.rrf_k, top_k, queries, lists)
 
@@ -331,7 +349,8 @@ def build_plan(
         assert raw.provider is not None
         spec = registry[raw.provider]
         query = _normalised(raw, spec)
-        resolved = _resolve(tenant, index, query, accounts, signer, violations)
+        resolved = _resolve(tenant, index, query, accounts, signer, violations,
+                            bool(request.page_token))
         if resolved is not None:
             checked.append(
                 _Checked(index, raw.provider, query, *resolved, _dedupe_key(query, spec))
@@ -343,10 +362,18 @@ def build_plan(
     slots = tuple(
         Slot(i, c.index, c.query, account, c.start) for i, (c, account) in enumerate(targets)
     )
-    unmatched = tuple((c.index, c.provider) for c in checked if not c.targets)
-    binding = page_binding(tenant, _fingerprint(top_k, limits, checked, slots))
-    resume = (
-        decode_page_token(signer, binding, request.page_token, len(slots))
-        if request.page_token else None
-    )
-    return Plan(tenant, top_k, request.max_pages or 1, slots, unmatched, binding, resume)
+    unmatched = [(c.index, c.provider, c.query.account_id) for c in checked if not c.targets]
+    binding = page_binding(tenant, _fingerprint(top_k, limits, checked))
+    resume = None
+    if request.page_token:
+        keys = [s.key for s in slots]
+        resume = decode_page_token(
+            signer, binding, request.page_token, keys,
+            legacy=page_binding(tenant, _fingerprint(top_k, limits, checked, slots)),
+        )
+        # Lists of accounts disconnected since the token was issued end here, each said.
+        providers = {c.index: c.provider for c in checked}
+        said = {*keys, *((q, a) for q, _, a in unmatched)}
+        unmatched += [(q, providers[q], a) for q, a in resume.keys
+                      if (q, a) not in said and q in providers]
+    return Plan(tenant, top_k, request.max_pages or 1, slots, tuple(unmatched), binding, resume)

@@ -62,38 +62,82 @@ def test_short_ids_are_eight_url_safe_characters() -> None:
 def test_page_tokens_round_trip(
     lists: list[tuple[str | None, int, int, bool, int, Pass, int]], emitted: list[int], page: int
 ) -> None:
+    keys = _keys(len(lists))
     state = PageState(
         tuple(ListState(*item) for item in lists), tuple(short_id(str(e)) for e in emitted),
-        page,
+        page, keys,
     )
     token = encode_page_token(SIGNER, BINDING, state)
-    assert decode_page_token(SIGNER, BINDING, token, len(lists)) == state
+    assert decode_page_token(SIGNER, BINDING, token, keys) == state
+
+
+def _keys(count: int) -> tuple[tuple[int, str], ...]:
+    return tuple((i % 4, f"acc_{i // 4}") for i in range(count))
 
 
 def test_page_token_checks() -> None:
-    state = PageState((ListState(),), (), 2)
+    keys = _keys(1)
+    state = PageState((ListState(),), (), 2, keys)
     token = encode_page_token(SIGNER, BINDING, state)
     with pytest.raises(InvalidPageToken):
-        decode_page_token(SIGNER, BINDING, token, 2)  # another number of lists
+        decode_page_token(SIGNER, "c" * 32, token, keys)
     with pytest.raises(InvalidPageToken):
-        decode_page_token(SIGNER, "c" * 32, token, 1)
-    with pytest.raises(InvalidPageToken):
-        decode_page_token(TokenSigner(b"x" * 32), BINDING, token, 1)
+        decode_page_token(TokenSigner(b"x" * 32), BINDING, token, keys)
     for wire in ([None, -1, 10, 0, 0, 0, 0], [None, 0, 10, 0, 0, 3, 0], [None, 0, 10, 0, 0]):
-        bad = SIGNER.sign("ws-page", BINDING, {"l": [wire], "e": "", "p": 1})
+        bad = SIGNER.sign("ws-page", BINDING, {"l": [wire], "k": [[0, "a"]], "e": "", "p": 1})
         with pytest.raises(InvalidPageToken):
-            decode_page_token(SIGNER, BINDING, bad, 1)
-    odd = SIGNER.sign("ws-page", BINDING, {"l": [ListState().to_wire()], "e": "abc", "p": 1})
+            decode_page_token(SIGNER, BINDING, bad, keys)
+    one = [ListState().to_wire()]
+    for names in ([[0, "a"], [1, "a"]], [[-1, "a"]], [[True, "a"]], [[0, 1]], [[0]], "0:a"):
+        bad = SIGNER.sign("ws-page", BINDING, {"l": one, "k": names, "e": "", "p": 1})
+        with pytest.raises(InvalidPageToken):
+            decode_page_token(SIGNER, BINDING, bad, keys)
+    twice = SIGNER.sign("ws-page", BINDING, {"l": one * 2, "k": [[0, "a"], [0, "a"]], "e": "",
+                                             "p": 1})
     with pytest.raises(InvalidPageToken):
-        decode_page_token(SIGNER, BINDING, odd, 1)
+        decode_page_token(SIGNER, BINDING, twice, keys)
+    odd = SIGNER.sign("ws-page", BINDING, {"l": one, "k": [[0, "a"]], "e": "abc", "p": 1})
+    with pytest.raises(InvalidPageToken):
+        decode_page_token(SIGNER, BINDING, odd, keys)
+
+
+def test_lists_resume_by_name_whatever_accounts_came_or_went() -> None:
+    """A token names its lists: lists of accounts connected since have no resume point (they
+    start from their first page), lists of accounts disconnected since are dropped, and every
+    other list resumes where it was, wherever it now sits."""
+    lists = (ListState("a", 10, 10), ListState("b", 20, 10), ListState("c", 30, 10))
+    keys = ((0, "acc_a"), (0, "acc_b"), (1, "acc_a"))
+    token = encode_page_token(SIGNER, BINDING, PageState(lists, (), 2, keys))
+    now = ((0, "acc_new"), (1, "acc_a"), (0, "acc_a"))  # acc_b gone, acc_new connected
+    state = decode_page_token(SIGNER, BINDING, token, now)
+    assert state.resume_of((0, "acc_a")) == lists[0]
+    assert state.resume_of((1, "acc_a")) == lists[2]
+    assert state.resume_of((0, "acc_new")) is None
+    assert state.keys == keys  # what the token named, so the server can say what ended
+
+
+def test_a_token_issued_before_lists_had_names_resumes_them_in_order() -> None:
+    """Tokens in flight across the upgrade: bound to the lists (the legacy binding), without
+    names; the request's lists now name them in order."""
+    lists = (ListState("a", 10, 10), ListState("b", 20, 10))
+    legacy = "l" * 32
+    old = SIGNER.sign("ws-page", legacy, {"l": [x.to_wire() for x in lists], "e": "", "p": 3})
+    keys = ((0, "acc_a"), (0, "acc_b"))
+    state = decode_page_token(SIGNER, BINDING, old, keys, legacy=legacy)
+    assert state == PageState(lists, (), 3, keys)
+    with pytest.raises(InvalidPageToken):
+        decode_page_token(SIGNER, BINDING, old, keys)  # no legacy binding offered
+    with pytest.raises(InvalidPageToken):
+        decode_page_token(SIGNER, BINDING, old, keys[:1], legacy=legacy)  # lists changed
 
 
 def test_a_token_keeps_the_newest_ids_that_fit_and_forgets_the_oldest() -> None:
     emitted = tuple(short_id(str(i)) for i in range(4000))  # 32,000 characters of ids
-    token = encode_page_token(SIGNER, BINDING, PageState((ListState(),), emitted, 9))
-    bare = encode_page_token(SIGNER, BINDING, PageState((ListState(),), (), 9))
+    keys = _keys(1)
+    token = encode_page_token(SIGNER, BINDING, PageState((ListState(),), emitted, 9, keys))
+    bare = encode_page_token(SIGNER, BINDING, PageState((ListState(),), (), 9, keys))
     assert 0 < len(token) <= len(bare) + MAX_TOKEN_CHARS
-    kept = decode_page_token(SIGNER, BINDING, token, 1).emitted
+    kept = decode_page_token(SIGNER, BINDING, token, keys).emitted
     assert 1400 < len(kept) < len(emitted)
     assert kept == emitted[-len(kept):]  # the most recent ones, in order
 
@@ -103,11 +147,12 @@ def test_every_list_travels_however_many_and_ids_fit_beside_them() -> None:
     token, which then came out empty (a page that said nothing was left)."""
     lists = tuple(ListState(f"{i:04d}" + "t" * 156, 10, 10) for i in range(160))
     emitted = tuple(short_id(str(i)) for i in range(4000))
-    token = encode_page_token(SIGNER, BINDING, PageState(lists, emitted, 2))
-    bare = encode_page_token(SIGNER, BINDING, PageState(lists, (), 2))
+    keys = _keys(160)
+    token = encode_page_token(SIGNER, BINDING, PageState(lists, emitted, 2, keys))
+    bare = encode_page_token(SIGNER, BINDING, PageState(lists, (), 2, keys))
     assert len(bare) > MAX_TOKEN_CHARS
     assert len(token) <= len(bare) + MAX_TOKEN_CHARS
-    state = decode_page_token(SIGNER, BINDING, token, 160)
+    state = decode_page_token(SIGNER, BINDING, token, keys)
     assert state.lists == lists
     assert 1400 < len(state.emitted) < len(emitted)
     assert state.emitted == emitted[-len(state.emitted):]
@@ -116,7 +161,7 @@ def test_every_list_travels_however_many_and_ids_fit_beside_them() -> None:
 def test_lists_too_large_for_any_token_are_refused_not_dropped() -> None:
     lists = tuple(ListState(f"{i:05d}" + "t" * 400, 10, 10) for i in range(2500))
     with pytest.raises(ResourceExhausted) as caught:
-        encode_page_token(SIGNER, BINDING, PageState(lists, (), 2))
+        encode_page_token(SIGNER, BINDING, PageState(lists, (), 2, _keys(2500)))
     assert caught.value.reason == "PAGE_TOKEN_TOO_LARGE"
     assert caught.value.metadata["lists"] == "2500"
     assert int(caught.value.metadata["limit"]) == MAX_PAGE_TOKEN_CHARS

@@ -39,9 +39,11 @@ ACCOUNTS = [
 ]
 
 
-def plan(*queries: NativeQuery, tenant: str = "t1", **options: Any) -> Plan:
+def plan(
+    *queries: NativeQuery, tenant: str = "t1", accounts: list[Account] = ACCOUNTS, **options: Any
+) -> Plan:
     request = SearchRequest(tuple(queries), **options)
-    return build_plan(tenant, request, ACCOUNTS, REGISTRY, SIGNER)
+    return build_plan(tenant, request, accounts, REGISTRY, SIGNER)
 
 
 def violations(*queries: NativeQuery, **options: Any) -> list[tuple[str, str]]:
@@ -67,7 +69,7 @@ def test_expands_accountless_queries_to_every_account_of_the_provider() -> None:
 def test_a_query_reaching_no_account_is_unmatched_not_invalid() -> None:
     result = plan(q(ProviderId.GMAIL, "from:me"))
     assert result.slots == ()
-    assert result.unmatched == ((0, ProviderId.GMAIL),)
+    assert result.unmatched == ((0, ProviderId.GMAIL, ""),)
 
 
 def test_kind_is_dropped_for_providers_without_kinds() -> None:
@@ -155,7 +157,7 @@ def test_a_cursor_narrows_a_query_to_its_account_for_duplicates() -> None:
 def test_text_is_compared_exactly_where_operators_are_case_sensitive() -> None:
     gmail = ProviderId.GMAIL  # upper-case OR is an operator, lower-case `or` a word
     assert plan(q(gmail, "budget OR forecast"), q(gmail, "budget or forecast")).unmatched == (
-        (0, gmail), (1, gmail),
+        (0, gmail, ""), (1, gmail, ""),
     )
     assert violations(q(gmail, "budget OR forecast"), q(gmail, "budget  OR forecast")) == [
         ("queries[1]", ""),
@@ -264,9 +266,9 @@ def test_a_cursor_for_another_account_than_the_one_named_is_rejected() -> None:
         plan(q(SLACK, "deploy", account_id="sl1", cursor=_cursor("deploy", "sl2")))
 
 
-def test_page_tokens_are_bound_to_tenant_queries_accounts_and_top_k() -> None:
+def test_page_tokens_are_bound_to_tenant_queries_and_top_k() -> None:
     first = plan(q(SLACK, "deploy"))
-    state = PageState((ListState(), ListState()), ("AAAAAAAA",), 2)
+    state = PageState((ListState(), ListState()), ("AAAAAAAA",), 2, ((0, "sl1"), (0, "sl2")))
     token = encode_page_token(SIGNER, first.binding, state)
     again = plan(q(SLACK, "deploy"), page_token=token)
     assert again.resume == state
@@ -278,3 +280,26 @@ def test_page_tokens_are_bound_to_tenant_queries_accounts_and_top_k() -> None:
         plan(q(SLACK, "deploy", account_id="sl1"), page_token=token)
     with pytest.raises(InvalidPageToken):
         plan(q(SLACK, "deploy"), page_token=token[:-2])
+
+
+def test_a_page_token_outlives_accounts_connected_and_disconnected() -> None:
+    """A token is bound to the request, not to the accounts it reached: connecting or
+    disconnecting an account between pages made every token of the provider's queries
+    "belongs to another request". Now a new account's lists start from their first page, and
+    a disconnected account's lists end with a SKIPPED status naming the account; an explicit
+    account_id disconnected since the first page is SKIPPED too, not INVALID_ARGUMENT."""
+    queries = (q(SLACK, "deploy"), q(SLACK, "freeze", account_id="sl2"))
+    first = plan(*queries)
+    keys = tuple(s.key for s in first.slots)
+    assert keys == ((0, "sl1"), (0, "sl2"), (1, "sl2"))
+    lists = (ListState("p1", 10), ListState("p2", 10), ListState("p3", 10))
+    token = encode_page_token(SIGNER, first.binding, PageState(lists, (), 2, keys))
+    changed = [_account("sl0", SLACK), _account("sl1", SLACK), *ACCOUNTS[:2]]  # sl2 gone
+    later = plan(*queries, page_token=token, accounts=changed)
+    assert [s.key for s in later.slots] == [(0, "sl0"), (0, "sl1")]
+    assert later.resume is not None
+    assert later.resume.resume_of((0, "sl1")) == lists[0]
+    assert later.resume.resume_of((0, "sl0")) is None
+    assert later.unmatched == ((1, SLACK, "sl2"), (0, SLACK, "sl2"))
+    with pytest.raises(InvalidArgument):
+        plan(*queries, accounts=changed)  # without a token, an unknown account is an error
