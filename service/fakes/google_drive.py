@@ -143,6 +143,9 @@ CORPORA_REFUSED = (
 )  # the fake's wording
 
 
+_BLANKED = "B"  # a token after an empty page: read the same offset for real
+
+
 def invalid_parameter(location: str, message: str) -> Response:
     """Drive's 400 for a parameter it refuses."""
     error = {
@@ -184,6 +187,12 @@ class FakeDrive(FakeProvider):
         super().reset()
         self.files: list[File] = []
         self.incomplete = False
+        # Drive's pageSize is a maximum: "partial or empty result pages are possible even
+        # before the end of the files list has been reached". page_cap: at most this many
+        # files a page (0: pageSize); blank_at: offsets whose page first comes back empty,
+        # with a token that then reads it.
+        self.page_cap = 0
+        self.blank_at: set[int] = set()
 
     def unauthorized(self) -> Response:
         """Google's 401."""
@@ -242,10 +251,16 @@ class FakeDrive(FakeProvider):
             return invalid_parameter("corpora", CORPORA_REFUSED)
         hits = [f for f in self.files if predicate(f) and corpus(f)]
         hits.sort(key=lambda f: f["modifiedTime"], reverse=True)
-        offset = token_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
+        raw = request.arg("pageToken")
+        blanked = raw.startswith(_BLANKED)
+        offset = token_offset(raw.removeprefix(_BLANKED)) if raw else 0
         if offset is None:
             return Response.json({"error": {"code": 400, "message": "Invalid pageToken"}}, 400)
-        chunk, following = page_slice(hits, offset, min(int(request.arg("pageSize", "100")), 1000))
+        size = min(int(request.arg("pageSize", "100")), 1000)
+        chunk, following = page_slice(hits, offset, min(size, self.page_cap or size))
+        if offset in self.blank_at and not blanked and offset < len(hits):
+            return Response.json({"kind": "drive#fileList", "incompleteSearch": self.incomplete,
+                                  "files": [], "nextPageToken": _BLANKED + offset_token(offset)})
         body: dict[str, Any] = {
             "kind": "drive#fileList",
             "incompleteSearch": self.incomplete,
