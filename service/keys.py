@@ -7,21 +7,25 @@ import os
 import secrets
 from pathlib import Path
 
+from service.ranking.tokens import TokenSigner
 from service.secret import Secret
-from service.settings import SettingsError
+from service.settings import Settings, SettingsError
+
+
+def _decoded(raw: str, setting: str) -> bytes:
+    try:
+        decoded = base64.b64decode(raw, validate=True)
+    except ValueError:
+        decoded = raw.encode()
+    if len(decoded) < 16:
+        raise SettingsError(f"{setting} must hold at least 16 bytes (base64 or text)")
+    return decoded
 
 
 def load_key(configured: Secret, data_dir: Path, name: str, *, setting: str) -> bytes:
     """32 key bytes: the configured base64 (or raw >= 16 chars) value, else a key file."""
     if configured:
-        raw = configured.reveal()
-        try:
-            decoded = base64.b64decode(raw, validate=True)
-        except ValueError:
-            decoded = raw.encode()
-        if len(decoded) < 16:
-            raise SettingsError(f"{setting} must hold at least 16 bytes (base64 or text)")
-        return decoded
+        return _decoded(configured.reveal(), setting)
     path = data_dir / f"{name}.key"
     if path.exists():
         return base64.b64decode(path.read_text().strip())
@@ -31,3 +35,14 @@ def load_key(configured: Secret, data_dir: Path, name: str, *, setting: str) -> 
     with os.fdopen(fd, "w") as handle:
         handle.write(base64.b64encode(key).decode())
     return key
+
+
+def page_token_signer(settings: Settings) -> TokenSigner:
+    """The signer of page tokens and cursors: signs with SEARCH_PAGE_TOKEN_KEY (or the data
+    directory's key), and also accepts tokens signed with SEARCH_PAGE_TOKEN_PREVIOUS_KEYS."""
+    key = load_key(settings.page_token_key, settings.data_dir, "page_token",
+                   setting="SEARCH_PAGE_TOKEN_KEY")
+    listed = settings.page_token_previous_keys.reveal().split(",")
+    previous = tuple(_decoded(raw.strip(), "SEARCH_PAGE_TOKEN_PREVIOUS_KEYS")
+                     for raw in listed if raw.strip())
+    return TokenSigner(key, previous)

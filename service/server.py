@@ -30,9 +30,8 @@ from service.api.stream_budget import ResponseLimits
 from service.api.unimplemented import unimplemented_servicer
 from service.auth import Authenticator
 from service.embeddings.base import Embedder
-from service.keys import load_key
+from service.keys import page_token_signer
 from service.memory import cache_budget
-from service.ranking.tokens import TokenSigner
 from service.ratelimit import TenantRateLimiter
 from service.runtime import tune_collector
 from service.settings import Settings, SettingsError, replica_urls
@@ -374,14 +373,7 @@ async def _build_servicers(
         except ValueError as error:
             raise SettingsError(f"SEARCH_DATABASE_URL: {error}") from error
     app.closers.append(store.close)
-    signer = TokenSigner(
-        load_key(
-            settings.page_token_key,
-            settings.data_dir,
-            "page_token",
-            setting="SEARCH_PAGE_TOKEN_KEY",
-        )
-    )
+    signer = page_token_signer(settings)
     app.components.update(store=store, embedder=embedder, signer=signer)
     if "metrics" in app.components:
         app.components["metrics"].track_store(store.stats)

@@ -136,6 +136,11 @@ class Settings:
         default=Secret(""),
         metadata=_doc("HMAC key for page tokens (share across replicas); empty: from data_dir."),
     )
+    page_token_previous_keys: Secret = field(
+        default=Secret(""),
+        metadata=_doc("Comma-separated keys page tokens are still accepted from (not signed "
+                      "with): rotate SEARCH_PAGE_TOKEN_KEY without failing tokens in flight."),
+    )
     credentials_key: Secret = field(
         default=Secret(""),
         metadata=_doc("AES key (base64, 32 bytes) sealing account credentials; empty: data_dir."),

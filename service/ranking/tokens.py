@@ -43,16 +43,23 @@ def fingerprint(*parts: Any) -> str:
 class TokenSigner:
     """Signs and verifies tokens with one secret key shared by every replica."""
 
-    def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
+    def __init__(self, key: bytes, previous: tuple[bytes, ...] = ()) -> None:
+        """Signs with `key`; also accepts tokens signed with a `previous` key (rotation)."""
+        if any(len(k) < 16 for k in (key, *previous)):
             raise ValueError("page token key must be at least 16 bytes")
         self._key = key
+        self._previous = previous
 
     def __repr__(self) -> str:
         return "TokenSigner(key=***)"
 
-    def _mac(self, body: bytes) -> bytes:
-        return hmac.digest(self._key, body, "sha256")  # hmac.new's result, in C
+    def _mac(self, body: bytes, key: bytes | None = None) -> bytes:
+        return hmac.digest(key or self._key, body, "sha256")  # hmac.new's result, in C
+
+    def _signed(self, body: bytes, mac: bytes) -> bool:
+        if hmac.compare_digest(mac, self._mac(body)):
+            return True
+        return any(hmac.compare_digest(mac, self._mac(body, key)) for key in self._previous)
 
     def sign(self, kind: str, binding: str, state: Mapping[str, Any]) -> str:
         """A token of `kind` bound to `binding` that resumes from `state`."""
@@ -74,7 +81,7 @@ class TokenSigner:
             mac = _unb64(mac_part)
         except (ValueError, UnicodeError):
             raise InvalidPageToken.field(field, "token is malformed") from None
-        if not mac_part or not hmac.compare_digest(mac, self._mac(body)):
+        if not mac_part or not self._signed(body, mac):
             raise InvalidPageToken.field(field, "token signature is invalid")
         try:
             payload = json.loads(body)
