@@ -15,6 +15,7 @@ from service.store.base import Store
 from service.workspace.accounts import AccountManager, Resolver
 from service.workspace.engine import EngineSettings, WorkspaceEngine
 from service.workspace.limits import RateLimits
+from service.workspace.lists import GIVE_UP_SECONDS
 from service.workspace.model import ProviderId
 from service.workspace.oauth import Family, OAuthClient
 from service.workspace.providers import REGISTRY
@@ -83,9 +84,11 @@ def build_workspace_servicers(
     on_refresh: RefreshObserver | None = None,
     closers: list[Callable[[], Awaitable[None]]] | None = None,
     resolver: Resolver | None = None,
+    give_up_seconds: float = GIVE_UP_SECONDS,
 ) -> dict[str, Any]:
     """WorkspaceSearchService and AccountService servicers, keyed by full service name
-    (`resolver`: how ConnectAccount resolves a base URL's host; None: the system's)."""
+    (`resolver`: how ConnectAccount resolves a base URL's host; None: the system's;
+    `give_up_seconds`: how long a list failing every read goes on being read, tests)."""
     key = load_key(
         settings.credentials_key, settings.data_dir, "credentials",
         setting="SEARCH_CREDENTIALS_KEY",
@@ -107,6 +110,7 @@ def build_workspace_servicers(
         allow_insecure_http=allow_insecure_http,
         default_timeout=default_timeout,
         max_rounds_per_page=max_rounds_per_page,
+        give_up_seconds=give_up_seconds,
     )
     clients = oauth_clients(settings, allow_insecure_http=allow_insecure_http)
     refresher = TokenRefresher(

@@ -20,7 +20,7 @@ from service.workspace.events import AccountListing, ListedAccount, QueryStatus,
 from service.workspace.fanout import Call, FanoutSettings
 from service.workspace.guidance import guidance_for
 from service.workspace.limits import RateLimits
-from service.workspace.lists import ListRun
+from service.workspace.lists import GIVE_UP_SECONDS, ListRun
 from service.workspace.model import ProviderId, QueryState
 from service.workspace.pager import Pager, PagerSettings
 from service.workspace.paging import ListState
@@ -61,6 +61,8 @@ class EngineSettings:
     # answer, sized to what a first page can take from one list; the rest are read on emit.
     prefetch_details: bool = True
     max_queries: int = 32
+    # A list failing every read on consecutive pages ends once the streak is this old (s).
+    give_up_seconds: float = GIVE_UP_SECONDS
 
     def limits(self) -> Limits:
         """Request limits for the planner."""
@@ -138,7 +140,8 @@ class WorkspaceEngine:
         now = time.time()
         runs = [
             ListRun(slot, self._start(plan, slot, page_size),
-                    self._registry[slot.account.provider], now=now)
+                    self._registry[slot.account.provider], now=now,
+                    give_up_seconds=self._settings.give_up_seconds)
             for slot in plan.slots
         ]
         if self._settings.prefetch_details and runs:

@@ -55,6 +55,13 @@ PREVIEW_CHARS = 1800
 TITLE_CHARS = 1000
 NAME_CHARS = 500  # kind, author, container
 URL_CHARS = 8192
+# A list whose every read failed (5xx, a reset connection, a malformed answer) on this many
+# consecutive calls spanning at least GIVE_UP_SECONDS ends, FAILED: a provider that stays
+# down must not keep a search's pages coming forever. Meanwhile each such status advises a
+# `retry_after` that doubles from 1 s to at most 60 s.
+GIVE_UP_ATTEMPTS = 3
+GIVE_UP_SECONDS = 300.0
+MAX_FAILURE_ADVICE = 60.0
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -135,8 +142,14 @@ class ListRun:
     a sweep from the first page at once.
     """
 
-    def __init__(self, slot: Slot, start: ListState, spec: ProviderSpec, *, now: float) -> None:
+    def __init__(
+        self, slot: Slot, start: ListState, spec: ProviderSpec, *, now: float,
+        give_up_seconds: float = GIVE_UP_SECONDS,
+    ) -> None:
         self.slot = slot
+        self.give_up_seconds = give_up_seconds
+        self.streak: tuple[int, int] | None = None  # (failures, since) when every read failed
+        self.read_ok = False  # a read of the list succeeded in this call
         self.start = start
         self.spec = spec
         self.sweep = start.sweep
@@ -230,6 +243,7 @@ class ListRun:
                 votes.append(Vote(key, short, self.fetched + position + 1, doc))
             self._voted.add(key)
         self.fetched += len(kept)
+        self.read_ok = True
         self.next_cursor = next_cursor
         self.exhausted = next_cursor is None
         self._settle_ok(page)
@@ -256,6 +270,8 @@ class ListRun:
         state = resume_state(read, done, self.contributed)
         if self.wait_until and not state.exhausted:
             state = structs.replace(state, wait_until=self.wait_until)
+        if self.streak is not None and not self.read_ok and not state.exhausted:
+            state = structs.replace(state, failures=self.streak[0], failing_since=self.streak[1])
         return state
 
     def own_emitted(self, emitted: Collection[str]) -> tuple[str, ...]:
@@ -300,6 +316,8 @@ class ListRun:
             self.ended = True
         elif error.state is QueryState.TIMED_OUT or error.message == BUDGET_MESSAGE:
             self.cut = True
+        elif error.state is QueryState.FAILED and not self.read_ok:
+            error = self._failed_again(error, now)
         if error.retry_after is not None:
             self.retry_after = max(self.retry_after or 0.0, error.retry_after)
             if error.retryable and error.retry_after > 0:
@@ -310,6 +328,26 @@ class ListRun:
             return
         self.partial = True
         self.messages.append(f"stopped after {len(self.pages)} pages: {error.message}")
+
+
+    def _failed_again(self, error: ProviderError, now: float) -> ProviderError:
+        """Every read of the list failed in this call too: the streak grows, `retry_after`
+        advises a wait, and the list ends once the streak is GIVE_UP_ATTEMPTS calls and
+        GIVE_UP_SECONDS long."""
+        failures = self.start.failures + 1
+        since = self.start.failing_since or int(now)
+        self.streak = (failures, since)
+        advice = min(2.0 ** (failures - 1), MAX_FAILURE_ADVICE)
+        if failures >= GIVE_UP_ATTEMPTS and now - since >= self.give_up_seconds:
+            self.ended = True
+            span = now - since
+            took = f"{span:.0f} s" if span < 120 else f"{span / 60:.0f} min"
+            message = (f"{error.message}; gave up: every read failed on {failures} consecutive "
+                       f"pages over {took}, search again later")
+            return ProviderError(error.state, message, retryable=False)
+        # Advice, not enforced: the next page reads the list again, however soon it comes.
+        self.retry_after = max(self.retry_after or 0.0, advice)
+        return error
 
 
 class Fusion:
