@@ -5,8 +5,9 @@ and fails single requests at random, on the engine, on a quiet machine. What it 
 show is time: a provider that answers after the request timeout, a call whose deadline
 runs out while lists are still being read, an event loop that gets the CPU late. Here the
 same guarantee (docs/semantics.md, "Paging by identity") is checked through the real
-server and the client, with `stress-ng` keeping every core busy (when it is installed), a
-short provider request timeout, faults that include answers later than that timeout, and
+server and the client, with every core kept busy (`stress-ng` when it is installed, else
+one spinning process per core), a short provider request timeout, faults that include
+answers later than that timeout, and
 calls with a deadline of their own: every result present from the first page to the last
 is emitted exactly once, none twice, and nothing that never existed. A call that runs out
 of time on the client (DEADLINE_EXCEEDED) is retried with the same page token, as a caller
@@ -20,6 +21,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,22 +60,25 @@ QUERIES = [
 
 @contextmanager
 def busy_machine() -> Iterator[None]:
-    """`stress-ng` on every core while the block runs (nothing when it is not installed:
-    the late answers and deadlines are still tested)."""
+    """Every core busy while the block runs: `stress-ng` when it is installed, else one
+    spinning Python process per core (a machine without stress-ng is still loaded)."""
+    workers = os.cpu_count() or 2
     executable = shutil.which("stress-ng")
-    if executable is None:
-        yield
-        return
-    workers = str(os.cpu_count() or 2)
-    process = subprocess.Popen(
-        [executable, "--cpu", workers, "--timeout", "900s", "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    commands = (
+        [[executable, "--cpu", str(workers), "--timeout", "900s", "--quiet"]]
+        if executable is not None
+        else [[sys.executable, "-c", "import time\nend = time.monotonic() + 900\n"
+               "while time.monotonic() < end: pass"]] * workers
     )
+    processes = [subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for command in commands]
     try:
         yield
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
 
 
 async def _page(client: AsyncSearchClient, token: str, top_k: int, deadline: float | None,
