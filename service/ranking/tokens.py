@@ -67,6 +67,16 @@ class TokenSigner:
         body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
         return f"{_b64(body)}.{_b64(self._mac(body))}"
 
+    def peek(self, token: str) -> dict[str, Any]:
+        """The state of a token, NOT verified (a hint of which binding to verify it with);
+        {} when it cannot be read."""
+        try:
+            payload = json.loads(_unb64(token.partition(".")[0]))
+        except (ValueError, UnicodeError):
+            return {}
+        state = payload.get("s") if isinstance(payload, dict) else None
+        return state if isinstance(state, dict) else {}
+
     def verify(
         self, token: str, kind: str, binding: str | tuple[str, ...], *, field: str,
         limit: int = MAX_TOKEN_CHARS,

@@ -235,7 +235,7 @@ class Pager:
                 self._plan.tenant, slot.account.provider, slot.account.account_id,
                 slot.query.text, slot.query.kind, slot.query.time_range, slot.query.project,
             )
-        cursor = encode_cursor(self._signer, binding, state)
+        cursor = encode_cursor(self._signer, binding, state, run.slot.account.account_id)
         self._cursors[run.slot.index] = (state, cursor)
         return cursor
 

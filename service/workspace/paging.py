@@ -46,6 +46,7 @@ __all__ = [
     "PageState",
     "Pass",
     "ReadPass",
+    "cursor_account",
     "cursor_binding",
     "decode_cursor",
     "decode_page_token",
@@ -302,16 +303,25 @@ def _list_keys(raw: Any) -> tuple[ListKey, ...]:
     return tuple(keys)
 
 
-def encode_cursor(signer: TokenSigner, binding: str, state: ListState) -> str:
-    """A signed per-query cursor for `state`; '' when the list is exhausted."""
+def encode_cursor(signer: TokenSigner, binding: str, state: ListState, account_id: str) -> str:
+    """A signed per-query cursor for `state` on `account_id`; '' when the list is exhausted.
+    It names its account, so a cursor whose account was disconnected since can say so."""
     if state.exhausted:
         return ""
     seen = recent(state.seen, MAX_CURSOR_SEEN)
     while True:
-        cursor = signer.sign(CURSOR_KIND, binding, {"l": state.to_wire(), "s": _pack(seen)})
+        cursor = signer.sign(CURSOR_KIND, binding,
+                             {"l": state.to_wire(), "s": _pack(seen), "a": account_id})
         if len(cursor) <= MAX_CURSOR_CHARS or not seen:
             return cursor  # a provider cursor too long even alone is refused on decode
         seen = seen[_overflow(len(cursor), MAX_CURSOR_CHARS) :]
+
+
+def cursor_account(signer: TokenSigner, cursor: str) -> str:
+    """The account a cursor names ('' for none), unverified: only a hint of which binding to
+    verify it with."""
+    named = signer.peek(cursor).get("a")
+    return named if isinstance(named, str) else ""
 
 
 def decode_cursor(signer: TokenSigner, binding: str, cursor: str, field_name: str) -> ListState:

@@ -35,6 +35,7 @@ from service.workspace.paging import (
     ListKey,
     ListState,
     PageState,
+    cursor_account,
     cursor_binding,
     decode_cursor,
     decode_page_token,
@@ -193,32 +194,52 @@ def _normalised(query: NativeQuery, spec: ProviderSpec) -> NativeQuery:
 def _resolve(
     tenant: str, index: int, query: NativeQuery, accounts: Sequence[Account],
     signer: TokenSigner, violations: _Violations, continuing: bool,
-) -> tuple[tuple[Account, ...], ListState | None] | None:
-    """Target accounts of a query and its cursor state; None after recording a violation.
-    `continuing`: the request has a page token, so an unknown account_id was known when the
-    token was issued (the token is bound to the query) and has been disconnected since."""
+) -> tuple[tuple[Account, ...], ListState | None, str] | None:
+    """Target accounts of a query, its cursor state, and the id of its account when that was
+    disconnected after the query's page token or cursor was issued ('' otherwise); None
+    after recording a violation. `continuing`: the request has a page token, which is bound
+    to the query, so an account_id it names was known when the token was issued."""
     assert query.provider is not None
     mine = tuple(a for a in accounts if a.provider is query.provider)
     if query.account_id:
         mine = tuple(a for a in mine if a.account_id == query.account_id)
-        if not mine and not continuing:
+        if not mine and (continuing or _cursor_for(tenant, query, query.account_id, signer)):
+            return (), None, query.account_id  # the other queries go on
+        if not mine:
             violations.add(index, f"queries[{index}].account_id", "unknown account")
             return None
-        if not mine:  # disconnected since the first page: the other queries go on
-            return (), None
     if not query.cursor:
-        return mine, None
+        return mine, None, ""
     path = f"queries[{index}].cursor"
     error: ServiceError = InvalidPageToken.field(path, "cursor belongs to no account of this query")
     for account in mine:
         binding = cursor_binding(tenant, query.provider, account.account_id, query.text,
                                  query.kind, query.time_range, query.project)
         try:
-            return (account,), decode_cursor(signer, binding, query.cursor, path)
+            return (account,), decode_cursor(signer, binding, query.cursor, path), ""
         except InvalidPageToken as failure:
             error = failure
+    named = cursor_account(signer, query.cursor)
+    if named and all(a.account_id != named for a in accounts) and _cursor_for(
+        tenant, query, named, signer
+    ):
+        return (), None, named
     violations.add(index, path, error.violations[0].description, TOKEN_REASON)
     return None
+
+
+def _cursor_for(tenant: str, query: NativeQuery, account_id: str, signer: TokenSigner) -> bool:
+    """True when the query's cursor is valid for `account_id` (an account no longer here)."""
+    if not query.cursor:
+        return False
+    assert query.provider is not None
+    binding = cursor_binding(tenant, query.provider, account_id, query.text, query.kind,
+                             query.time_range, query.project)
+    try:
+        decode_cursor(signer, binding, query.cursor, "cursor")
+    except InvalidPageToken:
+        return False
+    return True
 
 
 class _Checked(msgspec.Struct, frozen=True):
@@ -227,6 +248,7 @@ class _Checked(msgspec.Struct, frozen=True):
     query: NativeQuery
     targets: tuple[Account, ...]
     start: ListState | None
+    gone: str  # its account, disconnected since its page token or cursor was issued
     same_as: tuple[object, ...]  # queries with equal keys on overlapping accounts are duplicates
 
 
@@ -239,8 +261,8 @@ def _dedupe_key(query: NativeQuery, spec: ProviderSpec) -> tuple[object, ...]:
 def _overlaps(a: _Checked, b: _Checked) -> bool:
     if a.provider is not b.provider:
         return False
-    ids_a = {t.account_id for t in a.targets} if a.query.account_id or a.start else None
-    ids_b = {t.account_id for t in b.targets} if b.query.account_id or b.start else None
+    ids_a = {t.account_id for t in a.targets} if a.query.account_id or a.start or a.gone else None
+    ids_b = {t.account_id for t in b.targets} if b.query.account_id or b.start or b.gone else None
     return ids_a is None or ids_b is None or bool(ids_a & ids_b)
 
 
@@ -362,7 +384,7 @@ def build_plan(
     slots = tuple(
         Slot(i, c.index, c.query, account, c.start) for i, (c, account) in enumerate(targets)
     )
-    unmatched = [(c.index, c.provider, c.query.account_id) for c in checked if not c.targets]
+    unmatched = [(c.index, c.provider, c.gone) for c in checked if not c.targets]
     binding = page_binding(tenant, _fingerprint(top_k, limits, checked))
     resume = None
     if request.page_token:

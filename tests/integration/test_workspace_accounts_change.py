@@ -9,7 +9,8 @@ naming an account disconnected since its first page was INVALID_ARGUMENT too, wh
 the call's other queries. Now a token names its lists: every other list resumes where it
 was, a new account's lists start from their first page (results already emitted are not
 emitted again), a disconnected account's lists end with a SKIPPED status naming the account,
-and a query naming a disconnected account is SKIPPED on the pages after.
+and a query naming a disconnected account (by account_id or by its cursor) is SKIPPED on the
+pages after.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import grpc
 import pytest
 
 from search_client.pb.search.v1 import accounts_pb2 as apb
@@ -123,3 +125,37 @@ async def test_random_account_changes_never_skip_or_repeat(
             assert pages < 40, "paging does not end"
     assert len(seen) == len(set(seen)), "a result came back twice"
     assert len(seen) == FILES, "results were lost"
+
+
+async def test_a_cursor_of_a_disconnected_account_is_skipped_not_invalid(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """A query's `next_cursor` continues it on one account. When that account was
+    disconnected since, the query is SKIPPED naming it (the call's other queries go on); it
+    was INVALID_ARGUMENT "cursor belongs to no account of this query". A cursor that was
+    never issued is still INVALID_ARGUMENT."""
+    _seed(fakes)
+    async with serving(fakes, tmp_path) as client:
+        kept = await _connect(client, fakes, "kept")
+        leaving = await _connect(client, fakes, "leaving")
+        statuses, _ = await client.run(pb.SearchWorkspaceRequest(
+            queries=[pb.NativeQuery(provider=DRIVE, text=ALPHA)], top_k=5), seconds=30)
+        cursor = {s.account_id: s.next_cursor for s in statuses}[leaving]
+        assert cursor
+        await _disconnect(client, leaving)
+        other = pb.NativeQuery(provider=DRIVE, text="fullText contains 'plan'", account_id=kept)
+        for gone in (pb.NativeQuery(provider=DRIVE, text=ALPHA, cursor=cursor),
+                     pb.NativeQuery(provider=DRIVE, text=ALPHA, cursor=cursor,
+                                    account_id=leaving)):
+            statuses, (page,) = await client.run(pb.SearchWorkspaceRequest(
+                queries=[gone, other], top_k=5), seconds=30)
+            states = {(s.query_index, s.account_id): s for s in statuses}
+            assert states[(0, leaving)].state == pb.QUERY_STATE_SKIPPED
+            assert "disconnected" in states[(0, leaving)].message
+            assert states[(1, kept)].state == pb.QUERY_STATE_OK
+            assert page.results
+        forged = pb.NativeQuery(provider=DRIVE, text=ALPHA, cursor=cursor[:-3] + "AAA")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await client.run(pb.SearchWorkspaceRequest(queries=[forged, other]), seconds=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "queries[0].cursor" in (caught.value.details() or "")

@@ -169,9 +169,9 @@ def test_lists_too_large_for_any_token_are_refused_not_dropped() -> None:
 
 def test_cursors_round_trip_and_are_empty_when_exhausted() -> None:
     state = ListState("p3", 40, 20, False, 7, Pass.SWEEP, 0, (short_id("a"), short_id("b")))
-    cursor = encode_cursor(SIGNER, BINDING, state)
+    cursor = encode_cursor(SIGNER, BINDING, state, "acc_1")
     assert decode_cursor(SIGNER, BINDING, cursor, "queries[0].cursor") == state
-    assert encode_cursor(SIGNER, BINDING, ListState(exhausted=True)) == ""
+    assert encode_cursor(SIGNER, BINDING, ListState(exhausted=True), "acc_1") == ""
     with pytest.raises(InvalidPageToken) as caught:
         decode_cursor(SIGNER, BINDING, "x" * 4001, "queries[2].cursor")
     assert caught.value.violations[0].field == "queries[2].cursor"
@@ -179,7 +179,7 @@ def test_cursors_round_trip_and_are_empty_when_exhausted() -> None:
 
 def test_a_cursor_keeps_its_newest_ids() -> None:
     seen = tuple(short_id(str(i)) for i in range(MAX_CURSOR_SEEN + 50))
-    cursor = encode_cursor(SIGNER, BINDING, ListState("p9", 60, 20, seen=seen))
+    cursor = encode_cursor(SIGNER, BINDING, ListState("p9", 60, 20, seen=seen), "acc_1")
     assert decode_cursor(SIGNER, BINDING, cursor, "c").seen == seen[-MAX_CURSOR_SEEN:]
 
 

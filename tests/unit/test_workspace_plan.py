@@ -240,7 +240,7 @@ def test_one_violation_per_offending_query_across_queries() -> None:
 
 def _cursor(text: str, account_id: str = "sl2", tenant: str = "t1") -> str:
     binding = cursor_binding(tenant, SLACK, account_id, text, None, TimeRange(), "")
-    return encode_cursor(SIGNER, binding, ListState("c2", 20, 10))
+    return encode_cursor(SIGNER, binding, ListState("c2", 20, 10), account_id)
 
 
 def test_a_cursor_targets_its_account_and_sets_the_start() -> None:
@@ -251,7 +251,8 @@ def test_a_cursor_targets_its_account_and_sets_the_start() -> None:
 
 @pytest.mark.parametrize(
     "cursor",
-    [_cursor("other text"), _cursor("deploy", tenant="t2"), _cursor("deploy", "sl9"), "junk"],
+    [_cursor("other text"), _cursor("deploy", tenant="t2"), _cursor("deploy", "sl9")[:-2] + "AA",
+     "junk"],
 )
 def test_a_cursor_bound_to_something_else_is_rejected(cursor: str) -> None:
     with pytest.raises(InvalidPageToken) as caught:
@@ -259,6 +260,14 @@ def test_a_cursor_bound_to_something_else_is_rejected(cursor: str) -> None:
     assert [(v.field, v.reason) for v in caught.value.violations] == [
         ("queries[0].cursor", "PAGE_TOKEN_INVALID")
     ]
+
+
+def test_a_cursor_of_an_account_no_longer_connected_is_unmatched_not_invalid() -> None:
+    result = plan(q(SLACK, "deploy", cursor=_cursor("deploy", "sl9")), q(SLACK, "freeze"))
+    assert result.unmatched == ((0, SLACK, "sl9"),)
+    assert [s.key for s in result.slots] == [(1, "sl1"), (1, "sl2")]
+    named = plan(q(SLACK, "deploy", account_id="sl9", cursor=_cursor("deploy", "sl9")))
+    assert named.unmatched == ((0, SLACK, "sl9"),)
 
 
 def test_a_cursor_for_another_account_than_the_one_named_is_rejected() -> None:
