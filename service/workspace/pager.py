@@ -83,7 +83,9 @@ class Pager:
         self._registry = registry
         self._settings = settings
         resume = plan.resume
-        self._fusion = Fusion(settings.rrf_k, resume.emitted if resume else ())
+        # A search keeps the k it began with (a token from before tokens carried it: 0).
+        self._k = resume.rrf_k if resume is not None and resume.rrf_k else settings.rrf_k
+        self._fusion = Fusion(self._k, resume.emitted if resume else ())
         self._page_number = resume.page_number if resume else 1
         self._sent: dict[int, QueryStatus] = {}
         self._cursors: dict[int, tuple[ListState, str]] = {}
@@ -117,7 +119,7 @@ class Pager:
             want = self._plan.top_k - len(results)
             candidates = self._fusion.candidates()
             open_terms = {
-                r.slot.index: rrf.term(r.fetched + 1, self._settings.rrf_k)
+                r.slot.index: rrf.term(r.fetched + 1, self._k)
                 for r in self._runs if r.fetchable and not r.sweeping
             }
             sweepers = [r for r in self._runs if r.fetchable and r.sweeping]
@@ -218,7 +220,7 @@ class Pager:
 
     def _page_token(self, resumes: Sequence[ListState]) -> str:
         state = PageState(tuple(resumes), tuple(self._fusion.emitted), self._page_number + 1,
-                          tuple(run.slot.key for run in self._runs))
+                          tuple(run.slot.key for run in self._runs), self._k)
         return encode_page_token(self._signer, self._plan.binding, state)
 
     def _cursor(self, run: ListRun, resume: ListState) -> str:
@@ -276,6 +278,6 @@ class Pager:
             page_number=self._page_number,
             cards=self._cards(),
             ranking_is_exact=not (best_effort or degraded),
-            rrf_k=self._settings.rrf_k,
+            rrf_k=self._k,
         )
 

@@ -158,6 +158,9 @@ class PageState:
     # name, not by position: an account connected or disconnected between pages leaves
     # every other list where it was.
     keys: tuple[ListKey, ...]
+    # The RRF k the search began with: its pages keep it, whatever SEARCH_RRF_K becomes
+    # (0: a token from before tokens carried it, bound to the k configured now).
+    rrf_k: int = 0
 
     @functools.cached_property
     def _by_key(self) -> dict[ListKey, ListState]:
@@ -243,7 +246,7 @@ def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> st
     def sign(ids: Sequence[str]) -> str:
         return signer.sign(PAGE_TOKEN_KIND, binding, {
             "l": lists, "k": [list(key) for key in state.keys], "e": _pack(ids),
-            "p": state.page_number,
+            "p": state.page_number, "r": state.rrf_k,
         })
 
     token = sign(state.emitted)
@@ -284,8 +287,11 @@ def decode_page_token(
         raise InvalidPageToken.field("page_token", "token is malformed")
     if not isinstance(page, int) or isinstance(page, bool) or page < 1:
         raise InvalidPageToken.field("page_token", "token is malformed")
+    k = payload.get("r", 0)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise InvalidPageToken.field("page_token", "token is malformed")
     states = tuple(ListState.from_wire(item, "page_token") for item in raw_lists)
-    return PageState(states, _unpack(payload.get("e"), "page_token"), page, named)
+    return PageState(states, _unpack(payload.get("e"), "page_token"), page, named, k)
 
 
 def _list_keys(raw: Any) -> tuple[ListKey, ...]:

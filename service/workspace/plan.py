@@ -329,8 +329,9 @@ def _top_level(request: SearchRequest, limits: Limits, violations: _Violations) 
 def _fingerprint(top_k: int, limits: Limits, checked: Sequence[_Checked],
                  slots: Sequence[Slot] | None = None) -> str:
     """What a page token is bound to: the request, not the accounts it reaches (its lists
-    are named in the token). With `slots`: the binding of tokens issued before lists had
-    names, which were bound to the lists too."""
+    are named in the token) nor the configured RRF k (the token carries the k its search
+    began with). With `slots`: the binding of tokens issued before, which were bound to
+    the lists and to the k too."""
     queries = [
         [c.index, c.provider.value, c.query.account_id, c.query.text,
          c.query.kind.value if c.query.kind else None, str(c.query.time_range.start),
@@ -338,7 +339,7 @@ def _fingerprint(top_k: int, limits: Limits, checked: Sequence[_Checked],
         for c in checked
     ]
     if slots is None:
-        return fingerprint(RRF_VERSION, limits.rrf_k, top_k, queries)
+        return fingerprint(RRF_VERSION, top_k, queries)
     lists = [[s.query_index, s.account.account_id] for s in slots]
     return fingerprint(RRF_VERSION, limits.rrf_k, top_k, queries, lists)
 

@@ -91,7 +91,7 @@ async def test_many_concurrent_scopes_expire_each_at_its_own_deadline() -> None:
     """Random deadlines, some blocks finishing first: each block's outcome is its own."""
     rng = random.Random(7)
     loop = asyncio.get_running_loop()
-    plans = [(rng.uniform(0.0, 0.15), rng.uniform(0.0, 0.15)) for _ in range(200)]
+    plans = [(rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)) for _ in range(200)]
 
     async def one(limit: float, work: float) -> tuple[bool, float]:
         started = loop.time()
@@ -104,8 +104,8 @@ async def test_many_concurrent_scopes_expire_each_at_its_own_deadline() -> None:
 
     outcomes = await asyncio.gather(*(one(limit, work) for limit, work in plans))
     for (limit, work), (timed_out, took) in zip(plans, outcomes, strict=True):
-        if abs(limit - work) < 0.02:
-            continue  # too close to call on a busy machine
+        if abs(limit - work) < 0.06:
+            continue  # too close to call on a busy machine (the loop can be 20+ ms late)
         assert timed_out == (limit < work), (limit, work)
         assert took >= min(limit, work) - 0.005
 
