@@ -69,10 +69,8 @@ class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
                             yield pb.SearchWorkspaceResponse(query_status=status_to_proto(event))
                         continue
                     page = page_to_proto(event)
-                    inside = _fitting_tail(held, self._response_limit - page.ByteSize())
-                    for early in held[: len(held) - inside]:
+                    for early in _fill(page, held, self._response_limit):
                         yield pb.SearchWorkspaceResponse(query_status=early)
-                    page.statuses.extend(held[len(held) - inside:])
                     held.clear()
                     yield pb.SearchWorkspaceResponse(page=page)
         finally:
@@ -80,20 +78,26 @@ class WorkspaceSearchServicer(pb_grpc.WorkspaceSearchServiceServicer):
                 self._on_query(status.provider.value, status.state.value)
 
 
-# Bytes a message adds around a status in the page's repeated field or as a stream message:
-# the field tags and the length prefixes (at most 4 + 4 for a status under 256 MiB).
-_STATUS_FRAMING = 10
+# Bytes a message adds around a status in the page's repeated field or as a stream message,
+# and around the page in its stream message: field tags and length prefixes.
+_FRAMING = 10
 
 
-def _fitting_tail(statuses: list[pb.QueryStatus], room: int) -> int:
-    """How many of the last `statuses` fit in `room` bytes of the page. IN_PAGE statuses
-    travel inside their page while it fits the response limit (every page of a search over
-    a few hundred lists); the earlier ones that do not fit go before the page as
-    `query_status` messages, as STREAMED sends them, so the order is kept."""
-    count = 0
-    for status in reversed(statuses):
-        room -= status.ByteSize() + _STATUS_FRAMING
+def _fill(page: pb.FusedPage, held: list[pb.QueryStatus], limit: int) -> list[pb.QueryStatus]:
+    """Put the IN_PAGE statuses `held` into `page` while it fits the response limit; return
+    the earliest ones that do not fit, to go before the page as `query_status` messages (as
+    STREAMED sends them, so the order is kept). They all fit but for a search over about a
+    thousand lists (each status carries its cursor): one size check in the common case."""
+    page.statuses.extend(held)
+    if not held or page.ByteSize() + _FRAMING <= limit:
+        return []
+    del page.statuses[:]
+    room = limit - page.ByteSize() - _FRAMING
+    inside = 0
+    for status in reversed(held):
+        room -= status.ByteSize() + _FRAMING
         if room < 0:
             break
-        count += 1
-    return count
+        inside += 1
+    page.statuses.extend(held[len(held) - inside:])
+    return held[: len(held) - inside]

@@ -47,25 +47,21 @@ class TokenSigner:
         """Signs with `key`; also accepts tokens signed with a `previous` key (rotation)."""
         if any(len(k) < 16 for k in (key, *previous)):
             raise ValueError("page token key must be at least 16 bytes")
-        self._key = key
-        self._previous = previous
+        self._keys = (key, *previous)  # the first signs; any verifies
 
     def __repr__(self) -> str:
         return "TokenSigner(key=***)"
 
-    def _mac(self, body: bytes, key: bytes | None = None) -> bytes:
-        return hmac.digest(key or self._key, body, "sha256")  # hmac.new's result, in C
-
     def _signed(self, body: bytes, mac: bytes) -> bool:
-        if hmac.compare_digest(mac, self._mac(body)):
-            return True
-        return any(hmac.compare_digest(mac, self._mac(body, key)) for key in self._previous)
+        return any(
+            hmac.compare_digest(mac, hmac.digest(key, body, "sha256")) for key in self._keys
+        )
 
     def sign(self, kind: str, binding: str, state: Mapping[str, Any]) -> str:
         """A token of `kind` bound to `binding` that resumes from `state`."""
         payload = {"v": _VERSION, "k": kind, "b": binding, "s": state}
         body = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-        return f"{_b64(body)}.{_b64(self._mac(body))}"
+        return f"{_b64(body)}.{_b64(hmac.digest(self._keys[0], body, 'sha256'))}"
 
     def peek(self, token: str) -> dict[str, Any]:
         """The state of a token, NOT verified (a hint of which binding to verify it with);
@@ -78,11 +74,10 @@ class TokenSigner:
         return state if isinstance(state, dict) else {}
 
     def verify(
-        self, token: str, kind: str, binding: str | tuple[str, ...], *, field: str,
-        limit: int = MAX_TOKEN_CHARS,
+        self, token: str, kind: str, binding: str, *, field: str, limit: int = MAX_TOKEN_CHARS
     ) -> dict[str, Any]:
-        """The state of a valid token of at most `limit` characters bound to `binding` (or to
-        any of several); InvalidPageToken naming `field` otherwise."""
+        """The state of a valid token of at most `limit` characters bound to `binding`;
+        InvalidPageToken naming `field` otherwise."""
         if len(token) > limit:
             raise InvalidPageToken.field(field, "token is too long")
         body_part, _, mac_part = token.partition(".")
@@ -99,9 +94,7 @@ class TokenSigner:
             raise InvalidPageToken.field(field, "token is malformed") from None
         if not isinstance(payload, dict) or payload.get("v") != _VERSION:
             raise InvalidPageToken.field(field, "token version is not supported")
-        bound = str(payload.get("b"))
-        allowed = (binding,) if isinstance(binding, str) else binding
-        if payload.get("k") != kind or not any(hmac.compare_digest(bound, b) for b in allowed):
+        if payload.get("k") != kind or not hmac.compare_digest(str(payload.get("b")), binding):
             raise InvalidPageToken.field(
                 field, "token belongs to another request; restart without a token"
             )

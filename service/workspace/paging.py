@@ -22,7 +22,7 @@ import base64
 import enum
 import functools
 import hashlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,19 +270,28 @@ def encode_page_token(signer: TokenSigner, binding: str, state: PageState) -> st
 
 
 def decode_page_token(
-    signer: TokenSigner, binding: str, token: str, keys: Sequence[ListKey], legacy: str = ""
+    signer: TokenSigner, binding: str, token: str, keys: Sequence[ListKey],
+    legacy: Callable[[], str] | None = None,
 ) -> PageState:
     """The state of a page token issued for this request; InvalidPageToken otherwise.
 
-    `keys` name the request's lists as they are now. `legacy` is the binding of tokens issued
-    before lists had names (bound to the same lists in the same order, so `keys` name them):
-    tokens in flight across an upgrade go on.
+    `keys` name the request's lists as they are now. `legacy` gives the binding of tokens
+    issued before lists had names (bound to the same lists in the same order, so `keys` name
+    them), tried only when `binding` fails: tokens in flight across an upgrade go on.
     """
-    payload = signer.verify(token, PAGE_TOKEN_KIND, (binding, legacy) if legacy else binding,
-                            field="page_token", limit=MAX_PAGE_TOKEN_CHARS + MAX_TOKEN_CHARS)
+    limit = MAX_PAGE_TOKEN_CHARS + MAX_TOKEN_CHARS
+    try:
+        payload = signer.verify(token, PAGE_TOKEN_KIND, binding, field="page_token",
+                                limit=limit)
+        named = _list_keys(payload.get("k"))
+    except InvalidPageToken:
+        if legacy is None:
+            raise
+        payload = signer.verify(token, PAGE_TOKEN_KIND, legacy(), field="page_token",
+                                limit=limit)
+        named = tuple(keys)
     raw_lists = payload.get("l")
     page = payload.get("p")
-    named = _list_keys(payload["k"]) if "k" in payload else tuple(keys)
     if not isinstance(raw_lists, list) or len(raw_lists) != len(named):
         raise InvalidPageToken.field("page_token", "token is malformed")
     if not isinstance(page, int) or isinstance(page, bool) or page < 1:

@@ -392,7 +392,7 @@ def build_plan(
         keys = [s.key for s in slots]
         resume = decode_page_token(
             signer, binding, request.page_token, keys,
-            legacy=page_binding(tenant, _fingerprint(top_k, limits, checked, slots)),
+            legacy=lambda: page_binding(tenant, _fingerprint(top_k, limits, checked, slots)),
         )
         # Lists of accounts disconnected since the token was issued end here, each said.
         providers = {c.index: c.provider for c in checked}

@@ -123,12 +123,12 @@ def test_a_token_issued_before_lists_had_names_resumes_them_in_order() -> None:
     legacy = "l" * 32
     old = SIGNER.sign("ws-page", legacy, {"l": [x.to_wire() for x in lists], "e": "", "p": 3})
     keys = ((0, "acc_a"), (0, "acc_b"))
-    state = decode_page_token(SIGNER, BINDING, old, keys, legacy=legacy)
+    state = decode_page_token(SIGNER, BINDING, old, keys, legacy=lambda: legacy)
     assert state == PageState(lists, (), 3, keys)
     with pytest.raises(InvalidPageToken):
         decode_page_token(SIGNER, BINDING, old, keys)  # no legacy binding offered
     with pytest.raises(InvalidPageToken):
-        decode_page_token(SIGNER, BINDING, old, keys[:1], legacy=legacy)  # lists changed
+        decode_page_token(SIGNER, BINDING, old, keys[:1], legacy=lambda: legacy)  # lists changed
 
 
 def test_a_token_keeps_the_newest_ids_that_fit_and_forgets_the_oldest() -> None:
