@@ -344,7 +344,12 @@ class HttpClient:
         timeout = self._timeout()
         self.requests_made += 1
         async with tracing.provider_request(self._session.account.provider.value, method):
-            return await bounded(timeout, send())
+            try:
+                return await bounded(timeout, send())
+            except ProviderError as error:
+                if error.state is QueryState.TIMED_OUT and timeout >= self._session.request_timeout:
+                    error.stalled = True  # the provider had all its time, not the call's rest
+                raise
 
     async def get(
         self,

@@ -55,9 +55,10 @@ PREVIEW_CHARS = 1800
 TITLE_CHARS = 1000
 NAME_CHARS = 500  # kind, author, container
 URL_CHARS = 8192
-# A list whose every read failed (5xx, a reset connection, a malformed answer) on this many
-# consecutive calls spanning at least GIVE_UP_SECONDS ends, FAILED: a provider that stays
-# down must not keep a search's pages coming forever. Meanwhile each such status advises a
+# A list whose every read failed (5xx, a reset connection, a malformed answer, no answer
+# within the whole provider request timeout) on this many consecutive calls spanning at
+# least GIVE_UP_SECONDS ends, FAILED: a provider that stays down or hangs must not keep a
+# search's pages coming forever. Meanwhile each such status advises a
 # `retry_after` that doubles from 1 s to at most 60 s.
 GIVE_UP_ATTEMPTS = 3
 GIVE_UP_SECONDS = 300.0
@@ -316,6 +317,8 @@ class ListRun:
             self.ended = True
         elif error.state is QueryState.TIMED_OUT or error.message == BUDGET_MESSAGE:
             self.cut = True
+            if error.stalled and not self.read_ok:  # a provider that hangs is down too
+                error = self._failed_again(error, now)
         elif error.state is QueryState.FAILED and not self.read_ok:
             error = self._failed_again(error, now)
         if error.retry_after is not None:
@@ -344,7 +347,7 @@ class ListRun:
             took = f"{span:.0f} s" if span < 120 else f"{span / 60:.0f} min"
             message = (f"{error.message}; gave up: every read failed on {failures} consecutive "
                        f"pages over {took}, search again later")
-            return ProviderError(error.state, message, retryable=False)
+            return ProviderError(QueryState.FAILED, message, retryable=False)
         # Advice, not enforced: the next page reads the list again, however soon it comes.
         self.retry_after = max(self.retry_after or 0.0, advice)
         return error

@@ -166,6 +166,8 @@ class ProviderError(Exception):
     provider rejects). Defaults to True for RATE_LIMITED and TIMED_OUT, False otherwise.
     `refresh`: the provider refused the access token as expired or invalid, so a refreshed
     token may succeed (the session refreshes once and retries once when it can).
+    `stalled`: a TIMED_OUT request that had the whole provider request timeout, not one cut
+    short by the call's deadline: the provider, not the caller, ran out the time.
     """
 
     def __init__(
@@ -176,9 +178,11 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         retryable: bool | None = None,
         refresh: bool = False,
+        stalled: bool = False,
     ) -> None:
         super().__init__(message)
         self.refresh = refresh
+        self.stalled = stalled
         self.state = state
         self.message = message
         self.retry_after = retry_after

@@ -7,10 +7,16 @@ no token" looped as fast as it could against the service and the provider. Now e
 whose reads of a list all failed advises a `retry_after` (1 s, doubling to 60 s: the client
 waits it out before the next call), and a list that failed on 3 consecutive pages over
 5 minutes (here 0 s) ends, FAILED, saying so; a provider that recovers resets the streak.
+
+A provider that hangs is down too: a read that got no answer within the whole provider
+request timeout counts like a 500 (before, each page waited out the timeout and came back
+TIMED_OUT with a token, forever). A timeout that the call's own deadline cut short is the
+caller's, and never counts.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
@@ -27,9 +33,11 @@ def _seed(fakes: FakeProviders) -> None:
         fakes.slack.add_message("C1", "general", f"{1000 + i}.000000", "alpha bravo")
 
 
-async def _page(client: Client, token: str = "") -> tuple[pb.QueryStatus, pb.FusedPage]:
+async def _page(
+    client: Client, token: str = "", seconds: float = 30
+) -> tuple[pb.QueryStatus, pb.FusedPage]:
     statuses, (page,) = await client.run(pb.SearchWorkspaceRequest(
-        queries=[q("alpha")], top_k=5, page_token=token), seconds=30)
+        queries=[q("alpha")], top_k=5, page_token=token), seconds=seconds)
     (status,) = statuses
     return status, page
 
@@ -82,6 +90,57 @@ async def test_a_provider_that_recovers_resets_the_streak(
             status, page = await _page(client, token)
             assert status.state == pb.QUERY_STATE_OK
             assert not status.HasField("retry_after")
+            seen += [r.result_id for r in page.results]
+            token = page.next_page_token
+        assert sorted(seen) == sorted(set(seen))
+        assert len(seen) == MESSAGES
+
+
+async def test_a_provider_that_hangs_is_given_up_like_one_that_fails(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    _seed(fakes)
+    env = {"SEARCH_PROVIDER_REQUEST_TIMEOUT": "0.3"}
+    async with serving(fakes, tmp_path, env=env, give_up_seconds=0.0) as client:
+        await client.connect(fakes)
+        _, first = await _page(client)
+        fakes.slack.slow(30)
+        states, waits = [], []
+        token, last = first.next_page_token, pb.QueryStatus()
+        for _ in range(10):
+            last, page = await _page(client, token)
+            states.append(last.state)
+            token = page.next_page_token
+            if not token:
+                break
+            waits.append(last.retry_after.ToTimedelta().total_seconds())
+        assert not token, "a provider that hangs keeps the pages coming"
+        assert states == [pb.QUERY_STATE_TIMED_OUT] * 2 + [pb.QUERY_STATE_FAILED]
+        assert waits == [1.0, 2.0]
+        assert "gave up: every read failed on 3 consecutive pages" in last.message
+
+
+async def test_a_timeout_of_the_callers_own_deadline_is_not_a_failing_provider(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    _seed(fakes)
+    async with serving(fakes, tmp_path, give_up_seconds=0.0) as client:  # 10 s per request
+        await client.connect(fakes)
+        _, first = await _page(client)
+        fault = fakes.slack.slow(30)
+        token = first.next_page_token
+        for _ in range(4):
+            began = time.monotonic()
+            status, page = await _page(client, token, seconds=1.0)
+            assert time.monotonic() - began < 5
+            assert status.state == pb.QUERY_STATE_TIMED_OUT
+            assert not status.HasField("retry_after")
+            assert page.next_page_token
+            token = page.next_page_token
+        fakes.slack.server.faults.remove(fault)
+        seen = [r.result_id for r in first.results]
+        while token:
+            status, page = await _page(client, token)
             seen += [r.result_id for r in page.results]
             token = page.next_page_token
         assert sorted(seen) == sorted(set(seen))
