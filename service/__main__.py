@@ -1,4 +1,5 @@
-"""Command line: `python -m service serve|index|status|demo|postgres` (also `search-service`)."""
+"""Command line: `python -m service serve|index|status|demo|postgres|reseal-credentials` (also
+`search-service`)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_workspace_demo())
 
 
+def _cmd_reseal(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    if args.data_dir is not None:
+        env["SEARCH_DATA_DIR"] = args.data_dir
+    settings = Settings.from_mapping(env)
+    _configure_logging(settings.log_level)
+    return asyncio.run(_reseal(settings))
+
+
+async def _reseal(settings: Settings) -> int:
+    from service.keys import credential_keys
+    from service.store import open_store
+    from service.workspace.credentials import CredentialSealer
+    from service.workspace.reseal import reseal_credentials
+
+    key, previous = credential_keys(settings)
+    store = await open_store(settings.database_url.reveal(), settings.data_dir, None, pool_size=2)
+    try:
+        report = await reseal_credentials(store, CredentialSealer(key, previous))
+    finally:
+        await store.close()
+    print(f"credentials: {report}", flush=True)
+    return 1 if report.unopened else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
     parser = argparse.ArgumentParser(
@@ -134,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     postgres.add_argument("--dir", default="data/postgres", help="data directory")
     postgres.add_argument("--port", type=int, default=5433, help="TCP port on 127.0.0.1")
     postgres.set_defaults(func=_cmd_postgres)
+
+    reseal = sub.add_parser(
+        "reseal-credentials",
+        help="seal every stored account credential with SEARCH_CREDENTIALS_KEY (key rotation)",
+        description="Open every account's stored credentials with SEARCH_CREDENTIALS_KEY or "
+        "SEARCH_CREDENTIALS_PREVIOUS_KEYS and seal those a previous key sealed with "
+        "SEARCH_CREDENTIALS_KEY, in the database the server's settings name. Exits 1 when "
+        "some open with no configured key (their ids are printed).",
+    )
+    reseal.add_argument("--data-dir", help="data directory (SEARCH_DATA_DIR)")
+    reseal.set_defaults(func=_cmd_reseal)
     return parser
 
 

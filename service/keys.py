@@ -37,12 +37,23 @@ def load_key(configured: Secret, data_dir: Path, name: str, *, setting: str) -> 
     return key
 
 
+def _previous(listed: Secret, setting: str) -> tuple[bytes, ...]:
+    return tuple(_decoded(raw.strip(), setting)
+                 for raw in listed.reveal().split(",") if raw.strip())
+
+
 def page_token_signer(settings: Settings) -> TokenSigner:
     """The signer of page tokens and cursors: signs with SEARCH_PAGE_TOKEN_KEY (or the data
     directory's key), and also accepts tokens signed with SEARCH_PAGE_TOKEN_PREVIOUS_KEYS."""
     key = load_key(settings.page_token_key, settings.data_dir, "page_token",
                    setting="SEARCH_PAGE_TOKEN_KEY")
-    listed = settings.page_token_previous_keys.reveal().split(",")
-    previous = tuple(_decoded(raw.strip(), "SEARCH_PAGE_TOKEN_PREVIOUS_KEYS")
-                     for raw in listed if raw.strip())
+    previous = _previous(settings.page_token_previous_keys, "SEARCH_PAGE_TOKEN_PREVIOUS_KEYS")
     return TokenSigner(key, previous)
+
+
+def credential_keys(settings: Settings) -> tuple[bytes, tuple[bytes, ...]]:
+    """The key that seals account credentials (SEARCH_CREDENTIALS_KEY, or the data
+    directory's), and the keys they still open with (SEARCH_CREDENTIALS_PREVIOUS_KEYS)."""
+    key = load_key(settings.credentials_key, settings.data_dir, "credentials",
+                   setting="SEARCH_CREDENTIALS_KEY")
+    return key, _previous(settings.credentials_previous_keys, "SEARCH_CREDENTIALS_PREVIOUS_KEYS")

@@ -145,6 +145,9 @@ class Settings:
         default=Secret(""),
         metadata=_doc("AES key (base64, 32 bytes) sealing account credentials; empty: data_dir."),
     )
+    credentials_previous_keys: Secret = field(default=Secret(""), metadata=_doc(
+        "Comma-separated keys stored credentials still open with (never sealed with): rotate "
+        "SEARCH_CREDENTIALS_KEY; start-up re-seals what they sealed with the new key."))
     allow_private_base_urls: bool = field(
         default=False, metadata=_doc("Allow self-hosted base URLs on private/loopback addresses.")
     )

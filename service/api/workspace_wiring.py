@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from service.api.accounts import AccountServicer
 from service.api.workspace import QueryObserver, WorkspaceSearchServicer
-from service.keys import load_key
+from service.keys import credential_keys
 from service.ranking.tokens import TokenSigner
 from service.settings import OAUTH_FAMILIES, Settings, SettingsError
 from service.store.base import Store
 from service.workspace.accounts import AccountManager, Resolver
+from service.workspace.credentials import CredentialSealer
 from service.workspace.engine import EngineSettings, WorkspaceEngine
 from service.workspace.limits import RateLimits
 from service.workspace.lists import GIVE_UP_SECONDS
@@ -20,8 +23,11 @@ from service.workspace.model import ProviderId
 from service.workspace.oauth import Family, OAuthClient
 from service.workspace.providers import REGISTRY
 from service.workspace.refresh import ManagerStore, RefreshObserver, TokenRefresher
+from service.workspace.reseal import reseal_credentials
 
 __all__ = ["build_workspace_servicers", "oauth_clients", "parse_base_urls"]
+
+log = logging.getLogger(__name__)
 
 
 def parse_base_urls(text: str, setting: str = "SEARCH_PROVIDER_BASE_URLS") -> dict[ProviderId, str]:
@@ -89,14 +95,12 @@ def build_workspace_servicers(
     """WorkspaceSearchService and AccountService servicers, keyed by full service name
     (`resolver`: how ConnectAccount resolves a base URL's host; None: the system's;
     `give_up_seconds`: how long a list failing every read goes on being read, tests)."""
-    key = load_key(
-        settings.credentials_key, settings.data_dir, "credentials",
-        setting="SEARCH_CREDENTIALS_KEY",
-    )
+    key, previous_keys = credential_keys(settings)
     accounts = AccountManager(
         store,
         key,
         REGISTRY,
+        previous_keys=previous_keys,
         allow_private_base_urls=settings.allow_private_base_urls,
         allow_insecure_http=allow_insecure_http,
         base_url_overrides=base_url_overrides,
@@ -124,6 +128,8 @@ def build_workspace_servicers(
     if closers is not None:
         closers.append(engine.aclose)  # provider connections are kept between calls
         closers.append(refresher.aclose)  # after refreshes in flight have stored their tokens
+        if previous_keys:
+            closers.append(_start_resealing(store, CredentialSealer(key, previous_keys)))
     response_limit = settings.response_limit[0]
     servicer = (
         WorkspaceSearchServicer(engine, response_limit)
@@ -134,3 +140,25 @@ def build_workspace_servicers(
         "search.v1.WorkspaceSearchService": servicer,
         "search.v1.AccountService": AccountServicer(accounts, REGISTRY),
     }
+
+
+def _start_resealing(store: Store, sealer: CredentialSealer) -> Callable[[], Awaitable[None]]:
+    """Re-seal stored credentials with the current key in the background (the server does
+    not wait for it); returns the closer that stops it."""
+
+    async def sweep() -> None:
+        try:
+            report = await reseal_credentials(store, sealer)
+        except Exception:
+            log.warning("re-sealing credentials with SEARCH_CREDENTIALS_KEY failed; run "
+                        "`search-service reseal-credentials`", exc_info=True)
+        else:
+            log.info("credentials re-sealed with SEARCH_CREDENTIALS_KEY: %s", report)
+
+    task = asyncio.get_running_loop().create_task(sweep())
+
+    async def stop() -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    return stop

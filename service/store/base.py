@@ -393,6 +393,10 @@ class Store(Protocol):
         """Accounts of `tenant`."""
         ...
 
+    async def all_accounts(self) -> list[AccountRecord]:
+        """Every tenant's accounts (maintenance only: re-sealing credentials)."""
+        ...
+
     async def delete_account(self, tenant: str, account_id: str) -> bool:
         """Delete an account of `tenant`; False when not found."""
         ...

@@ -112,9 +112,10 @@ class AccountManager:
         allow_insecure_http: bool = False,
         base_url_overrides: Mapping[ProviderId, str] | None = None,
         resolver: Resolver | None = None,
+        previous_keys: Sequence[bytes] = (),
     ) -> None:
         self._store = store
-        self._sealer = CredentialSealer(key)
+        self._sealer = CredentialSealer(key, previous_keys)
         self._registry = registry
         self._allow_private = allow_private_base_urls
         self._allow_http = allow_insecure_http

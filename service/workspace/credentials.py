@@ -53,15 +53,23 @@ _NONCE_BYTES = 12
 _OPENED_MAX = 1024
 
 
-class CredentialSealer:
-    """AES-256-GCM sealing of credentials; the associated data binds a blob to its account."""
+def _aead(key: bytes) -> AESGCM:
+    if len(key) < 16:
+        raise ValueError("credentials key must hold at least 16 bytes")
+    if len(key) not in (16, 24, 32):
+        key = HKDF(hashes.SHA256(), 32, None, b"search-service credentials").derive(key)
+    return AESGCM(key)
 
-    def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
-            raise ValueError("credentials key must hold at least 16 bytes")
-        if len(key) not in (16, 24, 32):
-            key = HKDF(hashes.SHA256(), 32, None, b"search-service credentials").derive(key)
-        self._aead = AESGCM(key)
+
+class CredentialSealer:
+    """AES-256-GCM sealing of credentials; the associated data binds a blob to its account.
+
+    Seals with `key`; opens blobs sealed with it or with any of `previous` (keys being
+    rotated out: `reseal` moves a blob to `key`).
+    """
+
+    def __init__(self, key: bytes, previous: Sequence[bytes] = ()) -> None:
+        self._aeads = tuple(_aead(each) for each in (key, *previous))
         self._opened: dict[tuple[bytes, bytes], Credentials] = {}
 
     def __repr__(self) -> str:
@@ -78,7 +86,13 @@ class CredentialSealer:
             data["e"] = credentials.expires_at.astimezone(UTC).isoformat()
         nonce = os.urandom(_NONCE_BYTES)
         plain = json.dumps(data).encode()
-        return _SEAL_VERSION + nonce + self._aead.encrypt(nonce, plain, bound_to)
+        return _SEAL_VERSION + nonce + self._aeads[0].encrypt(nonce, plain, bound_to)
+
+    def reseal(self, sealed: bytes, bound_to: bytes) -> bytes | None:
+        """The blob sealed anew with the current key when a previous key sealed it; None when
+        the current key did; ValueError when no key opens it."""
+        plain, by_current = self._decrypt(sealed, bound_to)
+        return None if by_current else self.seal(_credentials(plain), bound_to)
 
     def open(self, sealed: bytes, bound_to: bytes) -> Credentials:
         """The credentials; ValueError when the blob was not sealed for `bound_to` by this key."""
@@ -92,21 +106,34 @@ class CredentialSealer:
         return credentials
 
     def _open(self, sealed: bytes, bound_to: bytes) -> Credentials:
+        return _credentials(self._decrypt(sealed, bound_to)[0])
+
+    def _decrypt(self, sealed: bytes, bound_to: bytes) -> tuple[bytes, bool]:
+        """The plaintext, and whether the current key (not a previous one) opened it."""
         if sealed[:1] != _SEAL_VERSION or len(sealed) < 1 + _NONCE_BYTES + 16:
             raise ValueError("sealed credentials have an unknown format")
         nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
-        try:
-            data = json.loads(self._aead.decrypt(nonce, body, bound_to))
-        except (InvalidTag, ValueError):
-            raise ValueError("sealed credentials cannot be opened with this key") from None
-        expiry = data.get("e")
-        return Credentials(
-            str(data["t"]),
-            str(data.get("u", "")),
-            tuple(data.get("s", ())),
-            refresh_token=str(data.get("r", "")),
-            expires_at=datetime.fromisoformat(expiry) if expiry else None,
-        )
+        for index, aead in enumerate(self._aeads):
+            try:
+                return aead.decrypt(nonce, body, bound_to), index == 0
+            except InvalidTag:
+                continue
+        raise ValueError("sealed credentials cannot be opened with this key")
+
+
+def _credentials(plain: bytes) -> Credentials:
+    try:
+        data = json.loads(plain)
+    except ValueError:
+        raise ValueError("sealed credentials cannot be opened with this key") from None
+    expiry = data.get("e")
+    return Credentials(
+        str(data["t"]),
+        str(data.get("u", "")),
+        tuple(data.get("s", ())),
+        refresh_token=str(data.get("r", "")),
+        expires_at=datetime.fromisoformat(expiry) if expiry else None,
+    )
 
 
 def bound_to(tenant: str, account_id: str, provider: str) -> bytes:

@@ -31,6 +31,9 @@ async def test_accounts_round_trip(store: Store) -> None:
         await store.create_account(_account("a1"))
 
     assert await store.list_accounts("acme") == [_account("a1"), _account("a2", day=2)]
+    assert await store.all_accounts() == [  # maintenance (re-sealing): every tenant's
+        _account("a1"), _account("a2", day=2), _account("b1", tenant="globex")
+    ]
 
     await store.set_account_reconnect("acme", "a2", True)
     await store.set_account_reconnect("acme", "b1", True)  # another tenant's: no effect

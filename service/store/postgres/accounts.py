@@ -20,6 +20,8 @@ CREATE_ACCOUNT = f"""
 INSERT INTO accounts ({ACCOUNT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"""  # noqa: S608 - only constant fragments are interpolated
 LIST_ACCOUNTS = f"""
 SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE tenant = $1 ORDER BY created_at, account_id"""  # noqa: S608 - only constant fragments are interpolated
+ALL_ACCOUNTS = f"""
+SELECT {ACCOUNT_COLUMNS} FROM accounts ORDER BY tenant, created_at, account_id"""  # noqa: S608 - only constant fragments are interpolated
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = $1 AND account_id = $2"
 SET_RECONNECT = """
 UPDATE accounts SET needs_reconnect = $3 WHERE tenant = $1 AND account_id = $2"""
@@ -67,6 +69,11 @@ async def create_account(conn: Conn, record: AccountRecord) -> None:
 async def list_accounts(conn: Conn, tenant: str) -> list[AccountRecord]:
     """The tenant's accounts, oldest first."""
     return [_record(row) for row in await conn.fetch(LIST_ACCOUNTS, tenant)]
+
+
+async def all_accounts(conn: Conn) -> list[AccountRecord]:
+    """Every tenant's accounts (maintenance: re-sealing credentials with a new key)."""
+    return [_record(row) for row in await conn.fetch(ALL_ACCOUNTS)]
 
 
 async def delete_account(conn: Conn, tenant: str, account_id: str) -> bool:

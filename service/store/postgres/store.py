@@ -344,6 +344,10 @@ class PostgresStore:
         """Accounts of `tenant`."""
         return await self._db.run(lambda conn: accounts.list_accounts(conn, tenant))
 
+    async def all_accounts(self) -> list[AccountRecord]:
+        """Every tenant's accounts (maintenance only: re-sealing credentials)."""
+        return await self._db.run(accounts.all_accounts)
+
     async def delete_account(self, tenant: str, account_id: str) -> bool:
         """Delete an account of `tenant`; False when not found."""
         async with self._db.connection() as conn:

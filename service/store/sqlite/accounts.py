@@ -19,6 +19,11 @@ SELECT account_id, tenant, provider, display_name, base_url, sealed_credentials,
        needs_reconnect
 FROM accounts WHERE tenant = ? ORDER BY created_at, account_id
 """
+ALL_ACCOUNTS = """
+SELECT account_id, tenant, provider, display_name, base_url, sealed_credentials, created_at,
+       needs_reconnect
+FROM accounts ORDER BY tenant, created_at, account_id
+"""
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = ? AND account_id = ?"
 SET_RECONNECT = "UPDATE accounts SET needs_reconnect = ? WHERE tenant = ? AND account_id = ?"
 # COALESCE keeps the flag when none is given (NULL).
@@ -49,8 +54,9 @@ def create_account(conn: apsw.Connection, record: AccountRecord) -> None:
         ) from exc
 
 
-def list_accounts(conn: apsw.Connection, tenant: str) -> list[AccountRecord]:
-    """Accounts of `tenant`, oldest first."""
+def list_accounts(conn: apsw.Connection, tenant: str | None) -> list[AccountRecord]:
+    """Accounts of `tenant`, oldest first (None: every tenant's, for maintenance)."""
+    statement, args = (LIST_ACCOUNTS, (tenant,)) if tenant is not None else (ALL_ACCOUNTS, ())
     return [
         AccountRecord(
             account_id=row[0],
@@ -62,7 +68,7 @@ def list_accounts(conn: apsw.Connection, tenant: str) -> list[AccountRecord]:
             created_at=from_micros(row[6]),
             needs_reconnect=bool(row[7]),
         )
-        for row in conn.execute(LIST_ACCOUNTS, (tenant,))
+        for row in conn.execute(statement, args)
     ]
 
 
