@@ -107,9 +107,12 @@ class Call:
         self, runs: Sequence[ListRun], queue: asyncio.Queue[tuple[ListRun, list[Vote]] | None]
     ) -> None:
         by_account: dict[str, list[ListRun]] = {}
-        # Lists whose emitted results need a second round trip (Gmail's details) go out
-        # first: their answers come back first, so that round trip overlaps the others'.
-        for run in sorted(runs, key=lambda r: r.spec.hydrate is None):
+        # Accounts whose lists the deadline left unread on the most consecutive calls go out
+        # first (more accounts than the gate lets through, under a short deadline, must
+        # not leave the same ones unread on every page). Then lists whose emitted results
+        # need a second round trip (Gmail's details): their answers come back first, so
+        # that round trip overlaps the others'.
+        for run in sorted(runs, key=lambda r: (-r.start.behind, r.spec.hydrate is None)):
             by_account.setdefault(run.slot.account.account_id, []).append(run)
         try:
             await self._open_limits(by_account)

@@ -60,6 +60,8 @@ URL_CHARS = 8192
 # least GIVE_UP_SECONDS ends, FAILED: a provider that stays down or hangs must not keep a
 # search's pages coming forever. Meanwhile each such status advises a
 # `retry_after` that doubles from 1 s to at most 60 s.
+DEADLINE_MESSAGE = ("the call's deadline ran out before this account answered; it goes "
+                    "ahead of the others on the next page")
 GIVE_UP_ATTEMPTS = 3
 GIVE_UP_SECONDS = 300.0
 MAX_FAILURE_ADVICE = 60.0
@@ -151,6 +153,7 @@ class ListRun:
         self.give_up_seconds = give_up_seconds
         self.streak: tuple[int, int] | None = None  # (failures, since) when every read failed
         self.read_ok = False  # a read of the list succeeded in this call
+        self.starved = False  # the call's deadline ran out before any read completed
         self.start = start
         self.spec = spec
         self.sweep = start.sweep
@@ -273,6 +276,8 @@ class ListRun:
             state = structs.replace(state, wait_until=self.wait_until)
         if self.streak is not None and not self.read_ok and not state.exhausted:
             state = structs.replace(state, failures=self.streak[0], failing_since=self.streak[1])
+        if self.starved and not state.exhausted:
+            state = structs.replace(state, behind=self.start.behind + 1)
         return state
 
     def own_emitted(self, emitted: Collection[str]) -> tuple[str, ...]:
@@ -319,6 +324,9 @@ class ListRun:
             self.cut = True
             if error.stalled and not self.read_ok:  # a provider that hangs is down too
                 error = self._failed_again(error, now)
+            elif error.state is QueryState.TIMED_OUT and not self.read_ok:
+                self.starved = True  # the call's deadline, not the provider: first next time
+                error = ProviderError(QueryState.TIMED_OUT, DEADLINE_MESSAGE)
         elif error.state is QueryState.FAILED and not self.read_ok:
             error = self._failed_again(error, now)
         if error.retry_after is not None:

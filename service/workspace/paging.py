@@ -114,6 +114,9 @@ class ListState(msgspec.Struct, frozen=True):
     seen: tuple[str, ...] = ()  # cursors: ids of the list's emitted results
     failures: int = 0  # consecutive calls in which every read of the list failed
     failing_since: int = 0  # unix seconds of the first of those failures
+    # Consecutive calls whose deadline ran out before any read of the list completed: the
+    # next call reads the accounts furthest behind first, so none waits forever.
+    behind: int = 0
 
     @property
     def at_first_page(self) -> bool:
@@ -121,19 +124,22 @@ class ListState(msgspec.Struct, frozen=True):
         return self.cursor is None and self.offset == 0
 
     def to_wire(self) -> list[Any]:
-        """Compact JSON form (without `seen`; the failure streak only when there is one)."""
+        """Compact JSON form (without `seen`; the failure streak and `behind` only when
+        there is one: tokens stay as short as before them)."""
         wire = [self.cursor, self.offset, self.limit, int(self.exhausted), self.emitted,
                 int(self.sweep), self.wait_until]
+        if self.behind:
+            return [*wire, self.failures, self.failing_since, self.behind]
         return [*wire, self.failures, self.failing_since] if self.failures else wire
 
     @classmethod
     def from_wire(cls, value: Any, field_name: str) -> ListState:
         """Parse `to_wire` output; InvalidPageToken naming `field_name` when malformed."""
-        if not isinstance(value, list) or len(value) not in (7, 9):
+        if not isinstance(value, list) or len(value) not in (7, 9, 10):
             raise InvalidPageToken.field(field_name, "token is malformed")
         cursor, offset, limit, exhausted, emitted, sweep, wait_until = value[:7]
-        failures, since = value[7:] or (0, 0)
-        numbers = (offset, limit, emitted, sweep, wait_until, failures, since)
+        failures, since, behind = [*value[7:], 0, 0, 0][:3]
+        numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind)
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidPageToken.field(field_name, "token is malformed")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
@@ -141,7 +147,7 @@ class ListState(msgspec.Struct, frozen=True):
         if exhausted not in (0, 1) or not 1 <= limit <= 100 or sweep not in iter(Pass):
             raise InvalidPageToken.field(field_name, "token is malformed")
         return cls(cursor, offset, limit, bool(exhausted), emitted, Pass(sweep), wait_until,
-                   failures=failures, failing_since=since)
+                   failures=failures, failing_since=since, behind=behind)
 
 
 ListKey = tuple[int, str]  # (query_index, account_id): one list of a search

@@ -58,15 +58,19 @@ def test_short_ids_are_eight_url_safe_characters() -> None:
     ),
     st.lists(st.integers(0, 10**6), max_size=50, unique=True),
     st.integers(1, 1000),
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 2**40), st.integers(0, 50)),
+             min_size=8, max_size=8),
 )
 def test_page_tokens_round_trip(
-    lists: list[tuple[str | None, int, int, bool, int, Pass, int]], emitted: list[int], page: int
+    lists: list[tuple[str | None, int, int, bool, int, Pass, int]], emitted: list[int], page: int,
+    streaks: list[tuple[int, int, int]],
 ) -> None:
     keys = _keys(len(lists))
-    state = PageState(
-        tuple(ListState(*item) for item in lists), tuple(short_id(str(e)) for e in emitted),
-        page, keys,
+    states = tuple(
+        ListState(*item, failures=failures, failing_since=since if failures else 0, behind=behind)
+        for item, (failures, since, behind) in zip(lists, streaks, strict=False)
     )
+    state = PageState(states, tuple(short_id(str(e)) for e in emitted), page, keys)
     token = encode_page_token(SIGNER, BINDING, state)
     assert decode_page_token(SIGNER, BINDING, token, keys) == state
 
