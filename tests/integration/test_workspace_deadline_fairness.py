@@ -59,7 +59,7 @@ async def test_accounts_the_deadline_left_unread_go_first_on_the_next_page(
             for _ in range(PAGES):
                 page = pb.FusedPage()
                 async for message in stub.SearchWorkspace(pb.SearchWorkspaceRequest(
-                    queries=queries_for("google_drive", ["alpha"]), top_k=10, page_token=token,
+                    queries=queries_for("google_drive", ("alpha",)), top_k=10, page_token=token,
                 ), timeout=1.3):
                     if message.HasField("page"):
                         page = message.page
