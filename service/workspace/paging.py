@@ -67,6 +67,7 @@ MAX_CURSOR_CHARS = 4000
 # beside them. Lists that need more than this are refused, never dropped.
 MAX_PAGE_TOKEN_CHARS = 1024 * 1024
 MAX_CURSOR_SEEN = 200  # beyond this a cursor may repeat its oldest results rather than grow
+_MAX_WIRE = 16  # elements of a list state on the wire (see ListState.from_wire)
 _SHORT_BYTES = 6
 _SHORT_CHARS = 8  # base64url of 6 bytes, no padding
 
@@ -134,11 +135,15 @@ class ListState(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_wire(cls, value: Any, field_name: str) -> ListState:
-        """Parse `to_wire` output; InvalidPageToken naming `field_name` when malformed."""
-        if not isinstance(value, list) or len(value) not in (7, 9, 10):
+        """Parse `to_wire` output; InvalidPageToken naming `field_name` when malformed.
+
+        Elements past the ones known here are ignored (up to _MAX_WIRE): a field a later
+        version appends reads as its default, so its tokens still resume on this one during
+        a rolling upgrade."""
+        if not isinstance(value, list) or not 7 <= len(value) <= _MAX_WIRE or len(value) == 8:
             raise InvalidPageToken.field(field_name, "token is malformed")
         cursor, offset, limit, exhausted, emitted, sweep, wait_until = value[:7]
-        failures, since, behind = [*value[7:], 0, 0, 0][:3]
+        failures, since, behind = [*value[7:10], 0, 0, 0][:3]
         numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind)
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidPageToken.field(field_name, "token is malformed")

@@ -87,7 +87,9 @@ def test_page_token_checks() -> None:
         decode_page_token(SIGNER, "c" * 32, token, keys)
     with pytest.raises(InvalidPageToken):
         decode_page_token(TokenSigner(b"x" * 32), BINDING, token, keys)
-    for wire in ([None, -1, 10, 0, 0, 0, 0], [None, 0, 10, 0, 0, 3, 0], [None, 0, 10, 0, 0]):
+    for wire in ([None, -1, 10, 0, 0, 0, 0], [None, 0, 10, 0, 0, 3, 0], [None, 0, 10, 0, 0],
+                 [None, 0, 10, 0, 0, 0, 0, 1], [None, 0, 10, 0, 0, 0, 0, 1, 5, -1],
+                 [None, 0, 10, 0, 0, 0, 0] + [0] * 10):
         bad = SIGNER.sign("ws-page", BINDING, {"l": [wire], "k": [[0, "a"]], "e": "", "p": 1})
         with pytest.raises(InvalidPageToken):
             decode_page_token(SIGNER, BINDING, bad, keys)
@@ -103,6 +105,19 @@ def test_page_token_checks() -> None:
     odd = SIGNER.sign("ws-page", BINDING, {"l": one, "k": [[0, "a"]], "e": "abc", "p": 1})
     with pytest.raises(InvalidPageToken):
         decode_page_token(SIGNER, BINDING, odd, keys)
+
+
+def test_a_list_state_from_a_later_version_reads_the_fields_known_here() -> None:
+    """Fields a later version appends are ignored, so its tokens resume here during a rolling
+    upgrade (an older replica refused every token with a field it did not know)."""
+    keys = _keys(1)
+    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, "a later field", [1, 2]]
+    token = SIGNER.sign("ws-page", BINDING, {"l": [later], "k": [[0, "acc_0"]], "e": "", "p": 4,
+                                             "z": "a later key"})
+    state = decode_page_token(SIGNER, BINDING, token, keys)
+    assert state.lists == (ListState(None, 30, 10, False, 3, failures=2,
+                                     failing_since=1_700_000_000, behind=1),)
+    assert state.page_number == 4
 
 
 def test_lists_resume_by_name_whatever_accounts_came_or_went() -> None:
