@@ -14,10 +14,8 @@ from urllib.parse import urlencode
 from service.fakes.base import (
     FakeProvider,
     matches_all,
-    offset_token,
     page_slice,
     parse_when,
-    token_offset,
     words,
 )
 from service.fakes.server import Request, Response
@@ -234,7 +232,7 @@ class FakeJira(FakeAtlassian):
             reverse=True,
         )
         token = body.get("nextPageToken")
-        offset = token_offset(token) if token else 0
+        offset = self.page_offset(token) if token else 0
         if offset is None:
             return Response.json({"errorMessages": ["Invalid nextPageToken"]}, 400)
         chunk, following = page_slice(hits, offset, min(int(body.get("maxResults", 50)), 100))
@@ -247,7 +245,7 @@ class FakeJira(FakeAtlassian):
         ]
         answer: dict[str, Any] = {"issues": issues, "isLast": following is None}
         if following is not None:
-            answer["nextPageToken"] = offset_token(following)
+            answer["nextPageToken"] = self.page_token(following)
         return Response.json(answer)
 
 
@@ -325,7 +323,7 @@ class FakeConfluence(FakeAtlassian):
         except QueryError:
             return Response.json({"statusCode": 400, "message": "Could not parse cql"}, 400)
         hits = [i for i in self.items[cloud_id] if predicate(i)]
-        offset = token_offset(request.arg("cursor")) if request.arg("cursor") else 0
+        offset = self.page_offset(request.arg("cursor")) if request.arg("cursor") else 0
         if offset is None:
             return Response.json({"statusCode": 400, "message": "invalid cursor"}, 400)
         limit = min(int(request.arg("limit", "25")), 100)
@@ -335,7 +333,7 @@ class FakeConfluence(FakeAtlassian):
             "context": "/wiki",
         }
         if following is not None:
-            params = {"cql": cql, "limit": limit, "cursor": offset_token(following)}
+            params = {"cql": cql, "limit": limit, "cursor": self.page_token(following)}
             links["next"] = "/rest/api/search?" + urlencode(params)
         results = [{k: v for k, v in i.items() if not k.startswith("_")} for i in chunk]
         return Response.json(

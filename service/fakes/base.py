@@ -47,23 +47,42 @@ def parse_when(value: str) -> datetime:
 _TOKEN_PADDING = 110
 
 
-def offset_token(offset: int) -> str:
-    """Opaque page token encoding an offset, as long as the live APIs' (~160 characters)."""
-    raw = f"offset:{offset}:".encode() + hashlib.sha256(str(offset).encode()).digest() * 4
-    return base64.urlsafe_b64encode(raw[: 8 + _TOKEN_PADDING]).decode()
+def offset_token(offset: int, epoch: int = 0) -> str:
+    """Opaque page token encoding an offset, as long as the live APIs' (~160 characters), valid
+    while its fake's `token_epoch` is `epoch`."""
+    head = f"offset:{offset}:{epoch}:".encode()
+    raw = head + hashlib.sha256(str(offset).encode()).digest() * 4
+    return base64.urlsafe_b64encode(raw[: len(head) + _TOKEN_PADDING]).decode()
 
 
-def token_offset(token: str) -> int | None:
-    """Offset of a page token; None when it is not one of ours."""
+def token_offset(token: str, epoch: int = 0) -> int | None:
+    """Offset of a page token; None when it is not one of ours or has expired (another
+    epoch)."""
     try:
         raw = base64.urlsafe_b64decode(token.encode())
     except ValueError:
         return None
     head, _, rest = raw.partition(b":")
-    number, sep, _ = rest.partition(b":")
+    number, sep, rest = rest.partition(b":")
+    issued, sep_epoch, _ = rest.partition(b":")
     if head != b"offset" or not sep or not number.isdigit():
         return None
+    if not sep_epoch or not issued.isdigit() or int(issued) != epoch:
+        return None
     return int(number)
+
+
+def google_invalid_value(location: str, message: str = "Invalid Value") -> dict[str, Any]:
+    """Google's 400 body for a parameter it refuses (an unparsable `q`, an expired or unknown
+    `pageToken`): the message says only "Invalid Value", `location` names the parameter."""
+    return {
+        "error": {
+            "code": 400,
+            "message": message,
+            "errors": [{"domain": "global", "reason": "invalid", "message": message,
+                        "locationType": "parameter", "location": location}],
+        }
+    }
 
 
 class FakeProvider:
@@ -74,6 +93,7 @@ class FakeProvider:
     def __init__(self) -> None:
         self.token = f"tok-{self.name}-secret"
         self.basic_user = ""  # when set, `Basic base64(user:token)` is also accepted
+        self.token_epoch = 0  # page tokens of another epoch have expired
         # When set, the issuer's live access tokens are accepted too, and its expired ones get
         # `expired()` (the provider's expired-token answer).
         self.issuer: FakeTokenIssuer | None = None
@@ -105,6 +125,20 @@ class FakeProvider:
         """Empty the corpus and forget faults and requests."""
         self.server.reset()
         self.basic_user = ""
+        self.token_epoch = 0
+
+    def page_token(self, offset: int) -> str:
+        """A page token for `offset`, valid until `expire_page_tokens`."""
+        return offset_token(offset, self.token_epoch)
+
+    def page_offset(self, token: str) -> int | None:
+        """The offset of a page token this fake issued and has not expired; None otherwise."""
+        return token_offset(token, self.token_epoch)
+
+    def expire_page_tokens(self) -> None:
+        """Make every page token issued so far invalid, as live page tokens and cursors expire
+        (Jira's after 7 days; Slack answers `invalid_cursor`, Google 400 on `pageToken`)."""
+        self.token_epoch += 1
 
     def authorized(self, request: Request) -> bool:
         """True when the request carries this fake's credential."""

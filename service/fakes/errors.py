@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from service.fakes.base import FakeProvider
+from service.fakes.base import FakeProvider, google_invalid_value
 from service.fakes.server import Fault
 
 # Google legacy `errors[]` entries per reason: (domain, message) as the docs show them.
@@ -153,21 +153,7 @@ def google_invalid_query(
     times: int | None = None,
 ) -> Fault:
     """Drive/Gmail/Calendar 400 for a query parameter it cannot parse."""
-    body = {
-        "error": {
-            "code": 400,
-            "message": message,
-            "errors": [
-                {
-                    "domain": "global",
-                    "reason": "invalid",
-                    "message": message,
-                    "locationType": "parameter",
-                    "location": location,
-                }
-            ],
-        }
-    }
+    body = google_invalid_value(location, message)
     return fake.fault("status", status=400, body=body, path=path, times=times)
 
 

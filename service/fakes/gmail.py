@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from service.fakes.base import FakeProvider, matches_all, offset_token, page_slice, token_offset
+from service.fakes.base import FakeProvider, google_invalid_value, matches_all, page_slice
 from service.fakes.server import Request, Response
 
 BATCH_LIMIT = 100  # calls Gmail takes in one batch
@@ -196,15 +196,15 @@ class FakeGmail(FakeProvider):
             key=lambda m: int(m["internalDate"]),
             reverse=True,
         )
-        offset = token_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
+        offset = self.page_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
         if offset is None:
-            return Response.json({"error": {"code": 400, "message": "Invalid pageToken"}}, 400)
+            return Response.json(google_invalid_value("pageToken"), 400)
         chunk, following = page_slice(hits, offset, min(int(request.arg("maxResults", "100")), 500))
         body: dict[str, Any] = {"resultSizeEstimate": len(hits)}
         if chunk:
             body["messages"] = [{"id": m["id"], "threadId": m["threadId"]} for m in chunk]
         if following is not None:
-            body["nextPageToken"] = offset_token(following)
+            body["nextPageToken"] = self.page_token(following)
         listed = {m["id"] for m in chunk} & self.delete_after_list
         for message_id in listed:
             self.delete_after_list.discard(message_id)

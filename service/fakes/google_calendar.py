@@ -8,11 +8,10 @@ from urllib.parse import unquote
 
 from service.fakes.base import (
     FakeProvider,
+    google_invalid_value,
     matches_all,
-    offset_token,
     page_slice,
     parse_when,
-    token_offset,
     words,
 )
 from service.fakes.server import Request, Response
@@ -111,7 +110,7 @@ class FakeCalendar(FakeProvider):
         chunk, following = page_slice(items, 0, min(int(request.arg("maxResults", "100")), 250))
         body: dict[str, Any] = {"kind": "calendar#calendarList", "items": chunk}
         if following is not None:
-            body["nextPageToken"] = offset_token(following)
+            body["nextPageToken"] = self.page_token(following)
         return Response.json(body)
 
     def _events(self, request: Request, found: re.Match[str]) -> Response:
@@ -145,9 +144,9 @@ class FakeCalendar(FakeProvider):
             and (not high or parse_when(_start(e)) < parse_when(high))
         ]
         hits.sort(key=lambda e: parse_when(_start(e)))
-        offset = token_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
+        offset = self.page_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
         if offset is None:
-            return Response.json({"error": {"code": 400, "message": "Invalid pageToken"}}, 400)
+            return Response.json(google_invalid_value("pageToken"), 400)
         chunk, following = page_slice(
             hits, offset, min(int(request.arg("maxResults", "250")), 2500)
         )
@@ -158,5 +157,5 @@ class FakeCalendar(FakeProvider):
             "items": chunk,
         }
         if following is not None:
-            body["nextPageToken"] = offset_token(following)
+            body["nextPageToken"] = self.page_token(following)
         return Response.json(body)

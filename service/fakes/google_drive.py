@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from service.fakes.base import FakeProvider, offset_token, page_slice, parse_when, token_offset
+from service.fakes.base import FakeProvider, google_invalid_value, page_slice, parse_when
 from service.fakes.server import Request, Response
 
 _TOKEN = re.compile(
@@ -253,19 +253,19 @@ class FakeDrive(FakeProvider):
         hits.sort(key=lambda f: f["modifiedTime"], reverse=True)
         raw = request.arg("pageToken")
         blanked = raw.startswith(_BLANKED)
-        offset = token_offset(raw.removeprefix(_BLANKED)) if raw else 0
+        offset = self.page_offset(raw.removeprefix(_BLANKED)) if raw else 0
         if offset is None:
-            return Response.json({"error": {"code": 400, "message": "Invalid pageToken"}}, 400)
+            return Response.json(google_invalid_value("pageToken"), 400)
         size = min(int(request.arg("pageSize", "100")), 1000)
         chunk, following = page_slice(hits, offset, min(size, self.page_cap or size))
         if offset in self.blank_at and not blanked and offset < len(hits):
             return Response.json({"kind": "drive#fileList", "incompleteSearch": self.incomplete,
-                                  "files": [], "nextPageToken": _BLANKED + offset_token(offset)})
+                                  "files": [], "nextPageToken": _BLANKED + self.page_token(offset)})
         body: dict[str, Any] = {
             "kind": "drive#fileList",
             "incompleteSearch": self.incomplete,
             "files": [{k: v for k, v in f.items() if not k.startswith("_")} for f in chunk],
         }
         if following is not None:
-            body["nextPageToken"] = offset_token(following)
+            body["nextPageToken"] = self.page_token(following)
         return Response.json(body)

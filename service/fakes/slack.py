@@ -11,9 +11,7 @@ from urllib.parse import parse_qs
 from service.fakes.base import (
     FakeProvider,
     matches_all,
-    offset_token,
     page_slice,
-    token_offset,
     words,
 )
 from service.fakes.server import Request, Response
@@ -92,7 +90,7 @@ class FakeSlack(FakeProvider):
             return Response.json({"ok": False, "error": "invalid_arguments"})
         query = str(args["query"])
         limit = min(int(args.get("limit", 20)), 20)
-        offset = token_offset(str(args["cursor"])) if args.get("cursor") else 0
+        offset = self.page_offset(str(args["cursor"])) if args.get("cursor") else 0
         if offset is None:
             return Response.json({"ok": False, "error": "invalid_cursor"})
         modifiers = _MODIFIER.findall(query)
@@ -117,7 +115,7 @@ class FakeSlack(FakeProvider):
         results: dict[str, Any] = {"messages": chunk}
         if "files" in types and not alternatives and offset == 0:
             results["files"] = files[:limit]
-        cursor = offset_token(following) if following is not None else ""
+        cursor = self.page_token(following) if following is not None else ""
         return Response.json(
             {"ok": True, "results": results, "response_metadata": {"next_cursor": cursor}}
         )

@@ -21,7 +21,13 @@ from service.workspace.accounts import AccountManager, AccountSnapshot
 from service.workspace.http import AccountSession, HttpClient
 from service.workspace.limits import AccountLimits, RateLimits
 from service.workspace.lists import ListRun, Vote
-from service.workspace.model import Account, NativeDocument, ProviderError, QueryState
+from service.workspace.model import (
+    Account,
+    NativeDocument,
+    ProviderError,
+    ProviderPage,
+    QueryState,
+)
 from service.workspace.pool import PoolRegistry
 from service.workspace.providers import HydrateFn
 from service.workspace.renewal import Renewer
@@ -151,7 +157,7 @@ class Call:
                 run.http = session.for_query(
                     budget=self._settings.query_budget, deadline=self.deadline
                 )
-            page = await run.search_fn()(run.http, run.provider_query())
+            page = await _read(run)
         except ProviderError as error:
             await self._share_limit(run, error)
             run.fail(error, now=time.time())
@@ -229,6 +235,18 @@ class Call:
         except Exception:
             log.warning("could not record the reconnect state of account %s", account.account_id,
                         exc_info=True)
+
+
+async def _read(run: ListRun) -> ProviderPage:
+    """The list's next provider page; read again from its first page when the provider
+    refuses the (expired) page token the list resumed with (see ListRun.restart)."""
+    assert run.http is not None
+    try:
+        return await run.search_fn()(run.http, run.provider_query())
+    except ProviderError as error:
+        if not run.restart(error):
+            raise
+    return await run.search_fn()(run.http, run.provider_query())
 
 
 async def details(

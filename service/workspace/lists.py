@@ -62,6 +62,9 @@ URL_CHARS = 8192
 # `retry_after` that doubles from 1 s to at most 60 s.
 DEADLINE_MESSAGE = ("the call's deadline ran out before this account answered; it goes "
                     "ahead of the others on the next page")
+EXPIRED_MESSAGE = ("the provider no longer accepted the page token this query resumed with "
+                   "(expired); read again from its first page, skipping what was returned")
+MAX_RESTARTS = 5  # in a row without a result emitted in between (see ListRun.restart)
 GIVE_UP_ATTEMPTS = 3
 GIVE_UP_SECONDS = 300.0
 MAX_FAILURE_ADVICE = 60.0
@@ -154,6 +157,7 @@ class ListRun:
         self.streak: tuple[int, int] | None = None  # (failures, since) when every read failed
         self.read_ok = False  # a read of the list succeeded in this call
         self.starved = False  # the call's deadline ran out before any read completed
+        self.restarts = start.restarts
         self.start = start
         self.spec = spec
         self.sweep = start.sweep
@@ -278,7 +282,32 @@ class ListRun:
             state = structs.replace(state, failures=self.streak[0], failing_since=self.streak[1])
         if self.starved and not state.exhausted:
             state = structs.replace(state, behind=self.start.behind + 1)
+        if self.restarts and self.contributed == self.start.emitted and not state.exhausted:
+            state = structs.replace(state, restarts=self.restarts)  # none was worth it yet
         return state
+
+    def restart(self, error: ProviderError) -> bool:
+        """True when the list reads again from its first page after `error`: the provider
+        refused the page token the list resumed this call with, as providers do once their
+        tokens expire (Jira's after 7 days; Slack answers `invalid_cursor`, Google 400). What
+        was emitted is skipped by identity, so nothing is lost or repeated. Never for a
+        token this call obtained (a provider refusing its fresh tokens is not expiring
+        them), and at most MAX_RESTARTS times in a row without a result of the list emitted
+        in between (a provider that refuses the token at the same place again, such as a
+        cap on how deep it pages, would otherwise keep the list re-reading forever)."""
+        refused = error.state is QueryState.FAILED and not error.retryable
+        resumed = self.start.cursor is not None and self.next_cursor == self.start.cursor
+        if not refused or not resumed or self.pages or self.restarts >= MAX_RESTARTS:
+            return False
+        self.restarts += 1
+        if self.sweep is Pass.LONG_SWEEP:
+            self.sweep = Pass.SWEEP
+        self.pass_start = ListState(limit=self.start.limit, emitted=self.contributed,
+                                    sweep=self.sweep)
+        self.next_cursor = None
+        self.fetched = 0
+        self.messages.append(EXPIRED_MESSAGE)
+        return True
 
     def own_emitted(self, emitted: Collection[str]) -> tuple[str, ...]:
         """Ids of this list's results emitted so far (for its per-query cursor)."""

@@ -118,6 +118,10 @@ class ListState(msgspec.Struct, frozen=True):
     # Consecutive calls whose deadline ran out before any read of the list completed: the
     # next call reads the accounts furthest behind first, so none waits forever.
     behind: int = 0
+    # Times in a row the provider refused a page token the list resumed with (expired) and
+    # the list was read again from its first page with no result of it emitted since:
+    # bounded, so a provider that keeps refusing cannot keep a search re-reading its pages.
+    restarts: int = 0
 
     @property
     def at_first_page(self) -> bool:
@@ -129,6 +133,8 @@ class ListState(msgspec.Struct, frozen=True):
         there is one: tokens stay as short as before them)."""
         wire = [self.cursor, self.offset, self.limit, int(self.exhausted), self.emitted,
                 int(self.sweep), self.wait_until]
+        if self.restarts:
+            return [*wire, self.failures, self.failing_since, self.behind, self.restarts]
         if self.behind:
             return [*wire, self.failures, self.failing_since, self.behind]
         return [*wire, self.failures, self.failing_since] if self.failures else wire
@@ -143,8 +149,8 @@ class ListState(msgspec.Struct, frozen=True):
         if not isinstance(value, list) or not 7 <= len(value) <= _MAX_WIRE or len(value) == 8:
             raise InvalidPageToken.field(field_name, "token is malformed")
         cursor, offset, limit, exhausted, emitted, sweep, wait_until = value[:7]
-        failures, since, behind = [*value[7:10], 0, 0, 0][:3]
-        numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind)
+        failures, since, behind, restarts = [*value[7:11], 0, 0, 0, 0][:4]
+        numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind, restarts)
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidPageToken.field(field_name, "token is malformed")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
@@ -152,7 +158,7 @@ class ListState(msgspec.Struct, frozen=True):
         if exhausted not in (0, 1) or not 1 <= limit <= 100 or sweep not in iter(Pass):
             raise InvalidPageToken.field(field_name, "token is malformed")
         return cls(cursor, offset, limit, bool(exhausted), emitted, Pass(sweep), wait_until,
-                   failures=failures, failing_since=since, behind=behind)
+                   failures=failures, failing_since=since, behind=behind, restarts=restarts)
 
 
 ListKey = tuple[int, str]  # (query_index, account_id): one list of a search

@@ -136,10 +136,15 @@ class Corpus:
             fault = fake.reset_connection(path=path, times=1)
             fault.on_call = call
 
+    def expire(self) -> None:
+        """Expire the page tokens Slack or Drive issued so far, as a caller who comes back
+        later finds them (GitHub pages by number: nothing expires)."""
+        self.rng.choice([self.fakes.slack, self.fakes.google_drive]).expire_page_tokens()
+
     def change(self) -> None:
         """A random handful of changes and faults."""
         actions: list[Callable[[], None]] = [
-            self.delete, self.insert, self.rescore, self.edit, self.fault,
+            self.delete, self.insert, self.rescore, self.edit, self.fault, self.expire,
         ]
         for _ in range(self.rng.randrange(4)):
             self.rng.choice(actions)()

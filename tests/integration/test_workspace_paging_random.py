@@ -11,8 +11,9 @@ same changes and faults, and check the same guarantee for that query's list.
 
 Each seeded run builds a Slack, GitHub (kindless: an issues and a code leg) and Drive corpus,
 pages through a four-query search with a random `top_k`, and between pages inserts, deletes,
-edits and re-scores items at random and makes single provider requests fail (429, 500, a
-reset connection). Runs: SEARCH_TEST_PAGING_RUNS (default 200).
+edits and re-scores items at random, makes single provider requests fail (429, 500, a
+reset connection) and expires the page tokens Slack or Drive issued so far.
+Runs: SEARCH_TEST_PAGING_RUNS (default 200).
 """
 
 from __future__ import annotations

@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from service.errors import InvalidPageToken, ResourceExhausted
 from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner
 from service.timerange import TimeRange
-from service.workspace.lists import ListRun, canonical_url, fusion_key, preview, result_id
+from service.workspace.lists import (
+    MAX_RESTARTS,
+    ListRun,
+    canonical_url,
+    fusion_key,
+    preview,
+    result_id,
+)
 from service.workspace.model import (
     Account,
     NativeDocument,
@@ -58,17 +65,18 @@ def test_short_ids_are_eight_url_safe_characters() -> None:
     ),
     st.lists(st.integers(0, 10**6), max_size=50, unique=True),
     st.integers(1, 1000),
-    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 2**40), st.integers(0, 50)),
-             min_size=8, max_size=8),
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 2**40), st.integers(0, 50),
+                       st.integers(0, 9)), min_size=8, max_size=8),
 )
 def test_page_tokens_round_trip(
     lists: list[tuple[str | None, int, int, bool, int, Pass, int]], emitted: list[int], page: int,
-    streaks: list[tuple[int, int, int]],
+    streaks: list[tuple[int, int, int, int]],
 ) -> None:
     keys = _keys(len(lists))
     states = tuple(
-        ListState(*item, failures=failures, failing_since=since if failures else 0, behind=behind)
-        for item, (failures, since, behind) in zip(lists, streaks, strict=False)
+        ListState(*item, failures=failures, failing_since=since if failures else 0,
+                  behind=behind, restarts=restarts)
+        for item, (failures, since, behind, restarts) in zip(lists, streaks, strict=False)
     )
     state = PageState(states, tuple(short_id(str(e)) for e in emitted), page, keys)
     token = encode_page_token(SIGNER, BINDING, state)
@@ -111,12 +119,12 @@ def test_a_list_state_from_a_later_version_reads_the_fields_known_here() -> None
     """Fields a later version appends are ignored, so its tokens resume here during a rolling
     upgrade (an older replica refused every token with a field it did not know)."""
     keys = _keys(1)
-    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, "a later field", [1, 2]]
+    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, 2, "a later field", [1, 2]]
     token = SIGNER.sign("ws-page", BINDING, {"l": [later], "k": [[0, "acc_0"]], "e": "", "p": 4,
                                              "z": "a later key"})
     state = decode_page_token(SIGNER, BINDING, token, keys)
     assert state.lists == (ListState(None, 30, 10, False, 3, failures=2,
-                                     failing_since=1_700_000_000, behind=1),)
+                                     failing_since=1_700_000_000, behind=1, restarts=2),)
     assert state.page_number == 4
 
 
@@ -374,3 +382,30 @@ def test_preview_centres_on_a_query_word() -> None:
     assert len(snippet) == 1800
     assert "needle" in snippet
     assert preview("short", "q") == "short"
+
+
+def test_a_refused_resume_token_reads_the_list_again_from_its_first_page() -> None:
+    refused = ProviderError(QueryState.FAILED, "Invalid pageToken")
+    run = _run(ListState("p3", 40, 20, emitted=7, sweep=Pass.LONG_SWEEP))
+    assert run.restart(refused)
+    assert run.provider_query().cursor is None
+    assert (run.fetched, run.sweep) == (0, Pass.SWEEP)
+    assert "expired" in run.message
+    assert run.resume(set()).restarts == 1  # no result of the list emitted since
+    assert not _run(ListState(None, 0, 20)).restart(refused)  # nothing was resumed
+    fresh = _run(ListState("p3", 40, 20))
+    fresh.accept(ProviderPage((_doc("a"),), "p4"))
+    assert not fresh.restart(refused)  # a token of this call: not expiry
+    assert not _run(ListState("p3", 40, 20)).restart(
+        ProviderError(QueryState.FAILED, "5xx", retryable=True))  # read again anyway
+    assert not _run(ListState("p3", 40, 20)).restart(
+        ProviderError(QueryState.NEEDS_RECONNECT, "401"))
+
+
+def test_restarts_in_a_row_without_a_result_emitted_are_bounded() -> None:
+    refused = ProviderError(QueryState.FAILED, "Invalid pageToken")
+    assert not _run(ListState("p3", 40, 20, restarts=MAX_RESTARTS)).restart(refused)
+    run = _run(ListState("p3", 40, 20, emitted=2, restarts=MAX_RESTARTS - 1))
+    assert run.restart(refused)
+    run.contributed += 1  # a result of the list was emitted: the restart was worth it
+    assert run.resume(set()).restarts == 0
