@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 UNEXPECTED = "provider search failed unexpectedly; try again later"
 SEALED = "stored credentials cannot be opened; reconnect the account"
+STALL_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class Call:
         limits: RateLimits | None = None,
     ) -> None:
         self.deadline = deadline
+        # A request given half the call's provider time that got no answer is the provider's
+        # fault (it counts toward giving the list up); one cut sooner, its turn came late.
+        self._stall_after = STALL_SHARE * max(0.0, deadline - asyncio.get_running_loop().time())
         self._limits = limits
         self._opened: dict[str, AccountLimits] = {}
         self._renewer = renewer
@@ -155,7 +159,8 @@ class Call:
             if run.http is None:
                 session = self._session(run.slot.account)
                 run.http = session.for_query(
-                    budget=self._settings.query_budget, deadline=self.deadline
+                    budget=self._settings.query_budget, deadline=self.deadline,
+                    stall_after=self._stall_after,
                 )
             page = await _read(run)
         except ProviderError as error:

@@ -118,9 +118,13 @@ class AccountSession:
         """Scopes granted to the credential, when known (empty = unknown)."""
         return self.credential.scopes
 
-    def for_query(self, *, budget: int, deadline: float | None) -> HttpClient:
-        """A client for one query: at most `budget` requests, all before `deadline` (loop time)."""
-        return HttpClient(self, budget=budget, deadline=deadline)
+    def for_query(
+        self, *, budget: int, deadline: float | None, stall_after: float | None = None
+    ) -> HttpClient:
+        """A client for one query: at most `budget` requests, all before `deadline` (loop time);
+        a request that had `stall_after` seconds (default: the whole request timeout) and got
+        no answer is the provider's fault (`ProviderError.stalled`)."""
+        return HttpClient(self, budget=budget, deadline=deadline, stall_after=stall_after)
 
     async def aclose(self) -> None:
         """End the session (and its pool when the session owns it); in-flight requests fail."""
@@ -254,10 +258,15 @@ class AccountSession:
 class HttpClient:
     """One query's view of an account session: a request budget and a deadline."""
 
-    def __init__(self, session: AccountSession, *, budget: int, deadline: float | None) -> None:
+    def __init__(
+        self, session: AccountSession, *, budget: int, deadline: float | None,
+        stall_after: float | None = None,
+    ) -> None:
         self._session = session
         self._budget = budget
         self._deadline = deadline
+        timeout = session.request_timeout
+        self._stall_after = timeout if stall_after is None else min(stall_after, timeout)
         self.requests_made = 0
         # Of the latest 2xx answer: the resource a limit an adapter reads from its body is for.
         self.last_url = ""
@@ -347,8 +356,8 @@ class HttpClient:
             try:
                 return await bounded(timeout, send())
             except ProviderError as error:
-                if error.state is QueryState.TIMED_OUT and timeout >= self._session.request_timeout:
-                    error.stalled = True  # the provider had all its time, not the call's rest
+                if error.state is QueryState.TIMED_OUT and timeout >= self._stall_after:
+                    error.stalled = True  # the provider had its time, not a late turn's rest
                 raise
 
     async def get(
