@@ -29,6 +29,7 @@ __all__ = [
     "MAX_SCOPES",
     "MAX_TOKEN",
     "MAX_USERNAME",
+    "SEALED",
     "CredentialSealer",
     "bound_to",
     "check_credentials",
@@ -45,6 +46,12 @@ EARLIEST_EXPIRY = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_EXPIRY_AHEAD = timedelta(days=3653)
 # An RFC 6749 scope token: printable ASCII without space, double quote or backslash.
 _SCOPE_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "\\"}
+# A query's status when this server cannot open an account's stored credentials: a key that
+# changed, so the account is not flagged NEEDS_RECONNECT in the store (a replica with the
+# right key opens them; the operator can list the old key).
+SEALED = ("stored credentials cannot be opened with this server's SEARCH_CREDENTIALS_KEY: "
+          "reconnect the account, or list the key that sealed them in "
+          "SEARCH_CREDENTIALS_PREVIOUS_KEYS")
 _SEAL_VERSION = b"\x01"
 _NONCE_BYTES = 12
 # Blobs opened lately, by (blob, associated data): every search opens each of its accounts'

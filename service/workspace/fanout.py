@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from service import tracing
 from service.workspace.accounts import AccountManager, AccountSnapshot
+from service.workspace.credentials import SEALED
 from service.workspace.http import AccountSession, HttpClient
 from service.workspace.limits import AccountLimits, RateLimits
 from service.workspace.lists import ListRun, Vote
@@ -37,7 +38,6 @@ __all__ = ["Call", "FanoutSettings", "details"]
 log = logging.getLogger(__name__)
 
 UNEXPECTED = "provider search failed unexpectedly; try again later"
-SEALED = "stored credentials cannot be opened; reconnect the account"
 STALL_SHARE = 0.5
 
 
@@ -228,9 +228,10 @@ class Call:
         return session
 
     async def _track_reconnect(self, run: ListRun) -> None:
-        """Flag the account after a 401/403; clear the flag after a success."""
+        """Flag the account after a 401/403; clear the flag after a success. Credentials this
+        server cannot open are its key's problem, not the provider's refusal: not flagged."""
         account = run.slot.account
-        refused = run.state is QueryState.NEEDS_RECONNECT
+        refused = run.state is QueryState.NEEDS_RECONNECT and SEALED not in run.messages
         cleared = bool(run.pages) and account.needs_reconnect
         if account.account_id in self._marked or not (refused or cleared):
             return

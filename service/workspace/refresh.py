@@ -28,6 +28,7 @@ from typing import Protocol
 import httpx
 
 from service.errors import InvalidArgument, NotFound
+from service.workspace.credentials import SEALED
 from service.workspace.model import Account, Credentials, ProviderError, QueryState
 from service.workspace.oauth import (
     FAMILY_OF,
@@ -56,7 +57,6 @@ REFRESH_MARGIN = 120.0
 # wait): long enough for one burst of concurrent queries, short enough to retry soon.
 FAILURE_HOLD = 5.0
 MAX_TOKEN_RESPONSE = 64 * 1024
-SEALED = "stored credentials cannot be opened; reconnect the account"
 
 RefreshObserver = Callable[[str, str], None]  # (provider, outcome)
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from search_client import (
+    AccountState,
     AsyncSearchClient,
     FusedPage,
     NativeQuery,
@@ -135,12 +136,23 @@ async def test_the_command_reseals_and_says_what_is_left(
         assert len(ids) == MESSAGES
 
 
-async def test_without_the_previous_key_the_accounts_cannot_be_opened(
+async def test_a_server_with_the_wrong_key_says_so_and_flags_no_account(
     fakes: FakeProviders, tmp_path: Path
 ) -> None:
+    """Without the previous key the credentials do not open. That is this server's key, not
+    the provider refusing them: the account is not flagged NEEDS_RECONNECT in the store (it
+    was, for every account searched, and ListAccounts told every user to reconnect), and a
+    server with the right key searches it as before."""
     await _connect(fakes, tmp_path)
     async with running_server(tmp_path, _env(fakes, NEW)) as app:
         status, ids = await _search(app.port)
         assert status.state is QueryState.NEEDS_RECONNECT
-        assert "stored credentials cannot be opened" in status.message
+        assert "SEARCH_CREDENTIALS_PREVIOUS_KEYS" in status.message
         assert not ids
+        async with AsyncSearchClient(f"127.0.0.1:{app.port}") as client:
+            (account,) = (await client.list_accounts()).accounts
+        assert account.state is AccountState.CONNECTED
+    async with running_server(tmp_path, _env(fakes, OLD)) as app:
+        status, ids = await _search(app.port)
+        assert status.state is QueryState.OK
+        assert len(ids) == MESSAGES
