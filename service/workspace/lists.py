@@ -55,11 +55,11 @@ PREVIEW_CHARS = 1800
 TITLE_CHARS = 1000
 NAME_CHARS = 500  # kind, author, container
 URL_CHARS = 8192
-# A list whose every read failed (5xx, a reset connection, a malformed answer, no answer
-# within the whole provider request timeout) on this many consecutive calls spanning at
-# least GIVE_UP_SECONDS ends, FAILED: a provider that stays down or hangs must not keep a
-# search's pages coming forever. Meanwhile each such status advises a
-# `retry_after` that doubles from 1 s to at most 60 s.
+# A list whose every read failed (5xx, a reset connection, a malformed answer, no answer to a
+# request given the whole provider request timeout or half the call's time) on this many
+# consecutive calls spanning at least GIVE_UP_SECONDS ends, FAILED: a provider that stays
+# down or hangs must not keep a search's pages coming forever. Meanwhile each such status
+# advises a `retry_after` that doubles from 1 s to at most 60 s.
 DEADLINE_MESSAGE = ("the call's deadline ran out before this account answered; it goes "
                     "ahead of the others on the next page")
 EXPIRED_MESSAGE = ("the provider no longer accepted the page token this query resumed with "

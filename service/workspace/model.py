@@ -166,8 +166,9 @@ class ProviderError(Exception):
     provider rejects). Defaults to True for RATE_LIMITED and TIMED_OUT, False otherwise.
     `refresh`: the provider refused the access token as expired or invalid, so a refreshed
     token may succeed (the session refreshes once and retries once when it can).
-    `stalled`: a TIMED_OUT request that had the whole provider request timeout, not one cut
-    short by the call's deadline: the provider, not the caller, ran out the time.
+    `stalled`: a TIMED_OUT request that had the whole provider request timeout, or half the
+    call's time (service.workspace.fanout.STALL_SHARE), and got no answer: the provider ran
+    out the time, not a request whose turn came too late in the call.
     """
 
     def __init__(
