@@ -356,9 +356,17 @@ class HttpClient:
             try:
                 return await bounded(timeout, send())
             except ProviderError as error:
-                if error.state is QueryState.TIMED_OUT and timeout >= self._stall_after:
-                    error.stalled = True  # the provider had its time, not a late turn's rest
-                raise
+                if error.state is not QueryState.TIMED_OUT or timeout < self._stall_after:
+                    raise
+                if timeout >= self._session.request_timeout:  # the provider had all its time
+                    error.stalled = True
+                    raise
+                raise ProviderError(  # the provider had half the call's time: a short call?
+                    QueryState.TIMED_OUT,
+                    f"the provider did not answer within {timeout:.1f} s, half of this call's "
+                    "time; give the call a longer deadline, or narrow the query",
+                    stalled=True,
+                ) from None
 
     async def get(
         self,

@@ -144,3 +144,4 @@ async def test_a_provider_slower_than_every_call_is_given_up_too(
         assert states == [pb.QUERY_STATE_TIMED_OUT] * 2 + [pb.QUERY_STATE_FAILED]
         assert waits == [1.0, 2.0]
         assert "gave up" in status.message
+        assert "give the call a longer deadline" in status.message
