@@ -393,8 +393,9 @@ class Store(Protocol):
         """Accounts of `tenant`."""
         ...
 
-    async def all_accounts(self) -> list[AccountRecord]:
-        """Every tenant's accounts (maintenance only: re-sealing credentials)."""
+    async def all_accounts(self, after: str = "", limit: int = 500) -> list[AccountRecord]:
+        """Up to `limit` of every tenant's accounts whose id sorts after `after`, in id order
+        (maintenance only, page by page: re-sealing credentials)."""
         ...
 
     async def delete_account(self, tenant: str, account_id: str) -> bool:

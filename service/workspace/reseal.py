@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from service.store.base import AccountRecord, Store
 from service.workspace.credentials import CredentialSealer, bound_to
 
-__all__ = ["ResealReport", "reseal_credentials"]
+__all__ = ["PAGE", "ResealReport", "reseal_credentials"]
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +35,30 @@ class ResealReport:
         return text
 
 
-async def reseal_credentials(store: Store, sealer: CredentialSealer) -> ResealReport:
-    """Seal every account's credentials with `sealer`'s current key."""
+PAGE = 500  # accounts read at a time
+
+
+async def reseal_credentials(
+    store: Store, sealer: CredentialSealer, *, page: int = PAGE
+) -> ResealReport:
+    """Seal every account's credentials with `sealer`'s current key, `page` accounts read
+    at a time."""
     resealed = current = 0
     unopened: list[str] = []
-    for record in await store.all_accounts():
-        bound = bound_to(record.tenant, record.account_id, record.provider)
-        try:
-            if sealer.reseal(record.sealed_credentials, bound) is None:
-                current += 1
+    after = ""
+    while records := await store.all_accounts(after, page):
+        after = records[-1].account_id
+        for record in records:
+            bound = bound_to(record.tenant, record.account_id, record.provider)
+            try:
+                if sealer.reseal(record.sealed_credentials, bound) is None:
+                    current += 1
+                    continue
+            except ValueError:
+                unopened.append(record.account_id)
                 continue
-        except ValueError:
-            unopened.append(record.account_id)
-            continue
-        if await _reseal(store, sealer, record, bound):
-            resealed += 1
+            if await _reseal(store, sealer, record, bound):
+                resealed += 1
     return ResealReport(resealed, current, tuple(unopened))
 
 

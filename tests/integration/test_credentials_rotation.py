@@ -16,6 +16,7 @@ import base64
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from search_client import (
@@ -29,8 +30,10 @@ from search_client import (
     RetryPolicy,
 )
 from service.fakes.suite import FakeProviders
-from service.store.base import Store
+from service.store.base import AccountRecord, Store
 from service.workspace.credentials import CredentialSealer, bound_to
+from service.workspace.model import Credentials
+from service.workspace.reseal import reseal_credentials
 from tests.support.server import running_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -156,3 +159,26 @@ async def test_a_server_with_the_wrong_key_says_so_and_flags_no_account(
         status, ids = await _search(app.port)
         assert status.state is QueryState.OK
         assert len(ids) == MESSAGES
+
+
+async def test_the_sweep_reads_every_tenants_accounts_page_by_page(store: Store) -> None:
+    old, other = CredentialSealer(OLD_BYTES), CredentialSealer(OTHER_BYTES)
+    credentials = Credentials("xoxp-secret", scopes=("search:read",))
+    for n in range(7):
+        tenant, account_id = f"tenant-{n % 3}", f"acc-{n}"
+        sealer = other if n == 5 else old
+        await store.create_account(AccountRecord(
+            account_id, tenant, "slack", f"slack {n}", "",
+            sealer.seal(credentials, bound_to(tenant, account_id, "slack")),
+            datetime(2026, 1, 1, tzinfo=UTC),
+        ))
+    rotated = CredentialSealer(NEW_BYTES, [OLD_BYTES])
+    report = await reseal_credentials(store, rotated, page=2)
+    assert (report.resealed, report.current, report.unopened) == (6, 0, ("acc-5",))
+    again = await reseal_credentials(store, rotated, page=2)
+    assert (again.resealed, again.current) == (0, 6)
+    new = CredentialSealer(NEW_BYTES)
+    for record in await store.all_accounts():
+        bound = bound_to(record.tenant, record.account_id, record.provider)
+        if record.account_id != "acc-5":
+            assert new.open(record.sealed_credentials, bound) == credentials

@@ -34,6 +34,9 @@ async def test_accounts_round_trip(store: Store) -> None:
     assert await store.all_accounts() == [  # maintenance (re-sealing): every tenant's
         _account("a1"), _account("a2", day=2), _account("b1", tenant="globex")
     ]
+    assert await store.all_accounts("a1", 1) == [_account("a2", day=2)]  # by id, a page
+    assert await store.all_accounts("a2", 5) == [_account("b1", tenant="globex")]
+    assert await store.all_accounts("b1", 5) == []
 
     await store.set_account_reconnect("acme", "a2", True)
     await store.set_account_reconnect("acme", "b1", True)  # another tenant's: no effect

@@ -21,7 +21,7 @@ INSERT INTO accounts ({ACCOUNT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 LIST_ACCOUNTS = f"""
 SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE tenant = $1 ORDER BY created_at, account_id"""  # noqa: S608 - only constant fragments are interpolated
 ALL_ACCOUNTS = f"""
-SELECT {ACCOUNT_COLUMNS} FROM accounts ORDER BY tenant, created_at, account_id"""  # noqa: S608 - only constant fragments are interpolated
+SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE account_id > $1 ORDER BY account_id LIMIT $2"""  # noqa: S608 - only constant fragments are interpolated
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = $1 AND account_id = $2"
 SET_RECONNECT = """
 UPDATE accounts SET needs_reconnect = $3 WHERE tenant = $1 AND account_id = $2"""
@@ -71,9 +71,10 @@ async def list_accounts(conn: Conn, tenant: str) -> list[AccountRecord]:
     return [_record(row) for row in await conn.fetch(LIST_ACCOUNTS, tenant)]
 
 
-async def all_accounts(conn: Conn) -> list[AccountRecord]:
-    """Every tenant's accounts (maintenance: re-sealing credentials with a new key)."""
-    return [_record(row) for row in await conn.fetch(ALL_ACCOUNTS)]
+async def all_accounts(conn: Conn, after: str, limit: int) -> list[AccountRecord]:
+    """Up to `limit` of every tenant's accounts after `after`, in id order (maintenance:
+    re-sealing credentials with a new key)."""
+    return [_record(row) for row in await conn.fetch(ALL_ACCOUNTS, after, limit)]
 
 
 async def delete_account(conn: Conn, tenant: str, account_id: str) -> bool:

@@ -344,9 +344,9 @@ class PostgresStore:
         """Accounts of `tenant`."""
         return await self._db.run(lambda conn: accounts.list_accounts(conn, tenant))
 
-    async def all_accounts(self) -> list[AccountRecord]:
-        """Every tenant's accounts (maintenance only: re-sealing credentials)."""
-        return await self._db.run(accounts.all_accounts)
+    async def all_accounts(self, after: str = "", limit: int = 500) -> list[AccountRecord]:
+        """Up to `limit` of every tenant's accounts after `after`, in id order (maintenance)."""
+        return await self._db.run(lambda conn: accounts.all_accounts(conn, after, limit))
 
     async def delete_account(self, tenant: str, account_id: str) -> bool:
         """Delete an account of `tenant`; False when not found."""

@@ -22,7 +22,7 @@ FROM accounts WHERE tenant = ? ORDER BY created_at, account_id
 ALL_ACCOUNTS = """
 SELECT account_id, tenant, provider, display_name, base_url, sealed_credentials, created_at,
        needs_reconnect
-FROM accounts ORDER BY tenant, created_at, account_id
+FROM accounts WHERE account_id > ? ORDER BY account_id LIMIT ?
 """
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = ? AND account_id = ?"
 SET_RECONNECT = "UPDATE accounts SET needs_reconnect = ? WHERE tenant = ? AND account_id = ?"
@@ -54,9 +54,12 @@ def create_account(conn: apsw.Connection, record: AccountRecord) -> None:
         ) from exc
 
 
-def list_accounts(conn: apsw.Connection, tenant: str | None) -> list[AccountRecord]:
-    """Accounts of `tenant`, oldest first (None: every tenant's, for maintenance)."""
-    statement, args = (LIST_ACCOUNTS, (tenant,)) if tenant is not None else (ALL_ACCOUNTS, ())
+def list_accounts(
+    conn: apsw.Connection, tenant: str | None, page: tuple[str, int] = ("", 0)
+) -> list[AccountRecord]:
+    """Accounts of `tenant`, oldest first; None: every tenant's, for maintenance, a `page`
+    (after this id, at most this many) at a time in id order."""
+    statement, args = (LIST_ACCOUNTS, (tenant,)) if tenant is not None else (ALL_ACCOUNTS, page)
     return [
         AccountRecord(
             account_id=row[0],

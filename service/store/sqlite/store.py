@@ -328,9 +328,11 @@ class SqliteStore:
         """Accounts of `tenant`."""
         return await self._readers.run(lambda conn: accounts.list_accounts(conn, tenant))
 
-    async def all_accounts(self) -> list[AccountRecord]:
-        """Every tenant's accounts (maintenance only: re-sealing credentials)."""
-        return await self._readers.run(lambda conn: accounts.list_accounts(conn, None))
+    async def all_accounts(self, after: str = "", limit: int = 500) -> list[AccountRecord]:
+        """Up to `limit` of every tenant's accounts after `after`, in id order (maintenance)."""
+        return await self._readers.run(
+            lambda conn: accounts.list_accounts(conn, None, (after, limit))
+        )
 
     async def delete_account(self, tenant: str, account_id: str) -> bool:
         """Delete an account of `tenant`; False when not found."""
