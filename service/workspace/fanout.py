@@ -80,7 +80,7 @@ class Call:
         self._settings = settings
         self._pools = pools
         self._sessions: dict[str, AccountSession | ProviderError] = {}
-        self._marked: set[str] = set()
+        self._marked: set[str] = set()  # accounts whose reconnect flag this call settled
         self._tasks: set[asyncio.Task[NativeDocument | ProviderError]] = set()
         self._gate = asyncio.Semaphore(settings.account_concurrency)
 
@@ -210,6 +210,8 @@ class Call:
             try:
                 credentials = self._snapshot.credentials(account)
             except ValueError:
+                # This server's key, not the provider's refusal: the flag is left as it is.
+                self._marked.add(account.account_id)
                 raise ProviderError(QueryState.NEEDS_RECONNECT, SEALED) from None
             session = AccountSession(
                 account,
@@ -228,10 +230,9 @@ class Call:
         return session
 
     async def _track_reconnect(self, run: ListRun) -> None:
-        """Flag the account after a 401/403; clear the flag after a success. Credentials this
-        server cannot open are its key's problem, not the provider's refusal: not flagged."""
+        """Flag the account after a 401/403; clear the flag after a success (once a call)."""
         account = run.slot.account
-        refused = run.state is QueryState.NEEDS_RECONNECT and SEALED not in run.messages
+        refused = run.state is QueryState.NEEDS_RECONNECT
         cleared = bool(run.pages) and account.needs_reconnect
         if account.account_id in self._marked or not (refused or cleared):
             return

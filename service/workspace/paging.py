@@ -129,15 +129,15 @@ class ListState(msgspec.Struct, frozen=True):
         return self.cursor is None and self.offset == 0
 
     def to_wire(self) -> list[Any]:
-        """Compact JSON form (without `seen`; the failure streak and `behind` only when
-        there is one: tokens stay as short as before them)."""
+        """Compact JSON form (without `seen`): the later fields only up to the last one that
+        is set, so tokens without them stay as short as before they existed (the failure
+        streak travels as a pair)."""
         wire = [self.cursor, self.offset, self.limit, int(self.exhausted), self.emitted,
                 int(self.sweep), self.wait_until]
-        if self.restarts:
-            return [*wire, self.failures, self.failing_since, self.behind, self.restarts]
-        if self.behind:
-            return [*wire, self.failures, self.failing_since, self.behind]
-        return [*wire, self.failures, self.failing_since] if self.failures else wire
+        later = [self.failures, self.failing_since, self.behind, self.restarts]
+        while len(later) > 2 and not later[-1]:
+            later.pop()
+        return [*wire, *later] if any(later) else wire
 
     @classmethod
     def from_wire(cls, value: Any, field_name: str) -> ListState:

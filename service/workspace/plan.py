@@ -213,10 +213,8 @@ def _resolve(
     path = f"queries[{index}].cursor"
     error: ServiceError = InvalidPageToken.field(path, "cursor belongs to no account of this query")
     for account in mine:
-        binding = cursor_binding(tenant, query.provider, account.account_id, query.text,
-                                 query.kind, query.time_range, query.project)
         try:
-            return (account,), decode_cursor(signer, binding, query.cursor, path), ""
+            return (account,), _cursor_state(tenant, query, account.account_id, signer, path), ""
         except InvalidPageToken as failure:
             error = failure
     named = cursor_account(signer, query.cursor)
@@ -228,15 +226,23 @@ def _resolve(
     return None
 
 
+def _cursor_state(
+    tenant: str, query: NativeQuery, account_id: str, signer: TokenSigner, path: str
+) -> ListState:
+    """The state of the query's cursor when it was issued for `account_id`; InvalidPageToken
+    naming `path` otherwise."""
+    assert query.provider is not None
+    binding = cursor_binding(tenant, query.provider, account_id, query.text, query.kind,
+                             query.time_range, query.project)
+    return decode_cursor(signer, binding, query.cursor, path)
+
+
 def _cursor_for(tenant: str, query: NativeQuery, account_id: str, signer: TokenSigner) -> bool:
     """True when the query's cursor is valid for `account_id` (an account no longer here)."""
     if not query.cursor:
         return False
-    assert query.provider is not None
-    binding = cursor_binding(tenant, query.provider, account_id, query.text, query.kind,
-                             query.time_range, query.project)
     try:
-        decode_cursor(signer, binding, query.cursor, "cursor")
+        _cursor_state(tenant, query, account_id, signer, "cursor")
     except InvalidPageToken:
         return False
     return True

@@ -26,6 +26,7 @@ from search_client.pb.search.v1 import common_pb2 as cpb
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from service.fakes.suite import FakeProviders
 from tests.integration.test_workspace_grpc import Client, serving
+from tests.support.drive import add_files
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -35,9 +36,7 @@ ALPHA = "fullText contains 'alpha'"
 
 
 def _seed(fakes: FakeProviders) -> None:
-    for n in range(FILES):
-        fakes.google_drive.add_file(f"f-{n}", f"alpha plan {n}", f"alpha notes {n}",
-                                    modified=f"2026-05-{1 + n % 28:02d}T10:00:00Z")
+    add_files(fakes, FILES)
 
 
 async def _connect(client: Client, fakes: FakeProviders, name: str) -> str:

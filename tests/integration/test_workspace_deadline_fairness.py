@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from search_client import AsyncSearchClient, Provider, RetryPolicy
+from search_client import AsyncSearchClient, RetryPolicy
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service.fakes.suite import FakeProviders
+from tests.support.drive import add_files, connect_accounts
 from tests.support.reliability.world import queries_for
 from tests.support.server import channel_to, running_server
 
@@ -37,18 +38,13 @@ ENV = {
 async def test_accounts_the_deadline_left_unread_go_first_on_the_next_page(
     fakes: FakeProviders, tmp_path: Path
 ) -> None:
-    for n in range(FILES):
-        fakes.google_drive.add_file(f"f{n}", f"alpha plan {n}", f"alpha notes {n}",
-                                    modified=f"2026-05-{1 + n % 28:02d}T10:00:00Z")
+    add_files(fakes, FILES)
     env = {**ENV, "SEARCH_PROVIDER_BASE_URLS": f"google_drive={fakes.google_drive.base_url}"}
     async with running_server(tmp_path, env=env) as app:
         async with AsyncSearchClient(
             f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1)
         ) as client:
-            for index in range(ACCOUNTS):
-                await client.connect_account(
-                    Provider.GOOGLE_DRIVE, f"drive {index}", fakes.google_drive.token
-                )
+            await connect_accounts(client, fakes, ACCOUNTS)
         fakes.google_drive.slow(0.3)  # 4 accounts at a time: ~3 waves fit in the deadline
         read: Counter[str] = Counter()
         late_turns = 0  # statuses saying the deadline came before the account's turn

@@ -18,6 +18,7 @@ from search_client.pb.search.v1 import accounts_pb2
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from service.fakes.suite import FakeProviders
 from tests.integration.test_workspace_grpc import serving
+from tests.support.drive import add_files
 from tests.support.reliability.world import PROVIDERS, queries_for
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -30,10 +31,7 @@ FILES = 24  # per word
 async def test_forty_accounts_page_to_the_end(
     fakes: FakeProviders, tmp_path: Path, delivery: pb.StatusDelivery
 ) -> None:
-    for word in WORDS:
-        for n in range(FILES):
-            fakes.google_drive.add_file(f"{word}-{n}", f"{word} plan {n}", f"{word} notes {n}",
-                                        modified=f"2026-05-{1 + n % 28:02d}T10:00:00Z")
+    add_files(fakes, FILES, WORDS)
     async with serving(fakes, tmp_path) as client:
         for index in range(40):
             await client.accounts.ConnectAccount(accounts_pb2.ConnectAccountRequest(

@@ -42,6 +42,27 @@ async def _page(
     return status, page
 
 
+async def _pages_while_down(
+    client: Client, token: str, seconds: float = 30
+) -> tuple[list[pb.QueryStatus], list[float], str]:
+    """Page on from `token` (at most 10 pages) while the provider stays down: each page's
+    status, the `retry_after` advised on each page that still had a token, and the token left
+    ('' once the list ended). No page has results, and none takes much past `seconds`."""
+    statuses: list[pb.QueryStatus] = []
+    waits: list[float] = []
+    for _ in range(10):
+        began = time.monotonic()
+        status, page = await _page(client, token, seconds)
+        assert time.monotonic() - began < seconds + 4
+        assert not page.results
+        statuses.append(status)
+        token = page.next_page_token
+        if not token:
+            break
+        waits.append(status.retry_after.ToTimedelta().total_seconds())
+    return statuses, waits, token
+
+
 async def test_a_list_that_keeps_failing_advises_a_wait_then_ends(
     fakes: FakeProviders, tmp_path: Path
 ) -> None:
@@ -51,16 +72,9 @@ async def test_a_list_that_keeps_failing_advises_a_wait_then_ends(
         _, first = await _page(client)
         assert len(first.results) == 5
         fakes.slack.fail_status(500)
-        waits: list[float] = []
-        token, last = first.next_page_token, pb.QueryStatus()
-        for _ in range(10):
-            last, page = await _page(client, token)
-            assert last.state == pb.QUERY_STATE_FAILED
-            assert not page.results
-            token = page.next_page_token
-            if not token:
-                break
-            waits.append(last.retry_after.ToTimedelta().total_seconds())
+        statuses, waits, token = await _pages_while_down(client, first.next_page_token)
+        last = statuses[-1]
+        assert {s.state for s in statuses} == {pb.QUERY_STATE_FAILED}
         assert not token, "a provider that stays down keeps the pages coming"
         assert waits == [1.0, 2.0]
         assert "gave up: every read failed on 3 consecutive pages" in last.message
@@ -105,17 +119,11 @@ async def test_a_provider_that_hangs_is_given_up_like_one_that_fails(
         await client.connect(fakes)
         _, first = await _page(client)
         fakes.slack.slow(30)
-        states, waits = [], []
-        token, last = first.next_page_token, pb.QueryStatus()
-        for _ in range(10):
-            last, page = await _page(client, token)
-            states.append(last.state)
-            token = page.next_page_token
-            if not token:
-                break
-            waits.append(last.retry_after.ToTimedelta().total_seconds())
+        statuses, waits, token = await _pages_while_down(client, first.next_page_token)
+        last = statuses[-1]
         assert not token, "a provider that hangs keeps the pages coming"
-        assert states == [pb.QUERY_STATE_TIMED_OUT] * 2 + [pb.QUERY_STATE_FAILED]
+        assert [s.state for s in statuses] == [pb.QUERY_STATE_TIMED_OUT] * 2 + [
+            pb.QUERY_STATE_FAILED]
         assert waits == [1.0, 2.0]
         assert "gave up: every read failed on 3 consecutive pages" in last.message
 
@@ -130,18 +138,11 @@ async def test_a_provider_slower_than_every_call_is_given_up_too(
         await client.connect(fakes)
         _, first = await _page(client)
         fakes.slack.slow(30)
-        token, states, waits = first.next_page_token, [], []
-        for _ in range(10):
-            began = time.monotonic()
-            status, page = await _page(client, token, seconds=1.0)
-            assert time.monotonic() - began < 5
-            states.append(status.state)
-            token = page.next_page_token
-            if not token:
-                break
-            waits.append(status.retry_after.ToTimedelta().total_seconds())
+        statuses, waits, token = await _pages_while_down(client, first.next_page_token, 1.0)
+        status = statuses[-1]
         assert not token, "a provider slower than every call keeps the pages coming"
-        assert states == [pb.QUERY_STATE_TIMED_OUT] * 2 + [pb.QUERY_STATE_FAILED]
+        assert [s.state for s in statuses] == [pb.QUERY_STATE_TIMED_OUT] * 2 + [
+            pb.QUERY_STATE_FAILED]
         assert waits == [1.0, 2.0]
         assert "gave up" in status.message
         assert "give the call a longer deadline" in status.message

@@ -16,6 +16,7 @@ from search_client.pb.search.v1 import common_pb2 as cpb
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from service.fakes.suite import FakeProviders
 from tests.integration.test_workspace_grpc import serving
+from tests.support.drive import add_files
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -28,9 +29,7 @@ QUERIES = [pb.NativeQuery(provider=DRIVE, text="fullText contains 'alpha'"),
 async def test_a_search_keeps_its_k_across_a_configuration_change(
     fakes: FakeProviders, tmp_path: Path
 ) -> None:
-    for n in range(FILES):
-        fakes.google_drive.add_file(f"f-{n}", f"alpha plan {n}", f"alpha notes {n}",
-                                    modified=f"2026-05-{1 + n % 28:02d}T10:00:00Z")
+    add_files(fakes, FILES)
     async with serving(fakes, tmp_path, env={"SEARCH_RRF_K": "60"}) as client:
         await client.accounts.ConnectAccount(apb.ConnectAccountRequest(
             provider=DRIVE, display_name="drive",

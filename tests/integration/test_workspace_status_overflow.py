@@ -18,6 +18,7 @@ from search_client import AsyncSearchClient, NativeQuery, Provider, QueryState, 
 from search_client.pb.search.v1 import workspace_search_pb2 as pb
 from search_client.pb.search.v1 import workspace_search_pb2_grpc as pb_grpc
 from service.fakes.suite import FakeProviders
+from tests.support.drive import add_files, connect_accounts
 from tests.support.reliability.world import queries_for
 from tests.support.server import channel_to, running_server
 
@@ -40,10 +41,7 @@ def _env(fakes: FakeProviders) -> dict[str, str]:
 
 
 def _seed(fakes: FakeProviders) -> None:
-    for word in WORDS:
-        for n in range(FILES):
-            fakes.google_drive.add_file(f"{word}-{n}", f"{word} plan {n}", f"{word} notes {n}",
-                                        modified=f"2026-05-{1 + n % 28:02d}T10:00:00Z")
+    add_files(fakes, FILES, WORDS)
 
 
 async def test_statuses_that_do_not_fit_come_before_the_page(
@@ -54,10 +52,7 @@ async def test_statuses_that_do_not_fit_come_before_the_page(
         async with AsyncSearchClient(
             f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1)
         ) as client:
-            for index in range(ACCOUNTS):
-                await client.connect_account(
-                    Provider.GOOGLE_DRIVE, f"drive {index}", fakes.google_drive.token
-                )
+            await connect_accounts(client, fakes, ACCOUNTS)
         queries = queries_for("google_drive", WORDS)
         async with channel_to(app) as channel:
             stub = pb_grpc.WorkspaceSearchServiceStub(channel)
@@ -101,10 +96,7 @@ async def test_the_client_reads_every_page_and_status(
         running_server(tmp_path, env=_env(fakes)) as app,
         AsyncSearchClient(f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1)) as client,
     ):
-        for index in range(ACCOUNTS):
-            await client.connect_account(
-                Provider.GOOGLE_DRIVE, f"drive {index}", fakes.google_drive.token
-            )
+        await connect_accounts(client, fakes, ACCOUNTS)
         queries = [NativeQuery(Provider.GOOGLE_DRIVE, q.text) for q in queries_for(
             "google_drive", WORDS)]
         seen: list[str] = []

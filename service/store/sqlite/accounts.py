@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
 from service import errors
@@ -54,25 +56,27 @@ def create_account(conn: apsw.Connection, record: AccountRecord) -> None:
         ) from exc
 
 
-def list_accounts(
-    conn: apsw.Connection, tenant: str | None, page: tuple[str, int] = ("", 0)
-) -> list[AccountRecord]:
-    """Accounts of `tenant`, oldest first; None: every tenant's, for maintenance, a `page`
-    (after this id, at most this many) at a time in id order."""
-    statement, args = (LIST_ACCOUNTS, (tenant,)) if tenant is not None else (ALL_ACCOUNTS, page)
-    return [
-        AccountRecord(
-            account_id=row[0],
-            tenant=row[1],
-            provider=row[2],
-            display_name=row[3],
-            base_url=row[4],
-            sealed_credentials=bytes(row[5]),
-            created_at=from_micros(row[6]),
-            needs_reconnect=bool(row[7]),
-        )
-        for row in conn.execute(statement, args)
-    ]
+def _record(row: Any) -> AccountRecord:
+    return AccountRecord(
+        account_id=row[0],
+        tenant=row[1],
+        provider=row[2],
+        display_name=row[3],
+        base_url=row[4],
+        sealed_credentials=bytes(row[5]),
+        created_at=from_micros(row[6]),
+        needs_reconnect=bool(row[7]),
+    )
+
+
+def list_accounts(conn: apsw.Connection, tenant: str) -> list[AccountRecord]:
+    """Accounts of `tenant`, oldest first."""
+    return [_record(row) for row in conn.execute(LIST_ACCOUNTS, (tenant,))]
+
+
+def all_accounts(conn: apsw.Connection, after: str, limit: int) -> list[AccountRecord]:
+    """Up to `limit` of every tenant's accounts after `after`, in id order (maintenance)."""
+    return [_record(row) for row in conn.execute(ALL_ACCOUNTS, (after, limit))]
 
 
 def delete_account(conn: apsw.Connection, tenant: str, account_id: str) -> bool:

@@ -330,9 +330,7 @@ class SqliteStore:
 
     async def all_accounts(self, after: str = "", limit: int = 500) -> list[AccountRecord]:
         """Up to `limit` of every tenant's accounts after `after`, in id order (maintenance)."""
-        return await self._readers.run(
-            lambda conn: accounts.list_accounts(conn, None, (after, limit))
-        )
+        return await self._readers.run(lambda conn: accounts.all_accounts(conn, after, limit))
 
     async def delete_account(self, tenant: str, account_id: str) -> bool:
         """Delete an account of `tenant`; False when not found."""
