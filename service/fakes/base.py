@@ -222,6 +222,11 @@ class FakeProvider:
         """Reset the connection instead of answering."""
         return self.fault("reset", path=path, times=times)
 
+    def close_kept_alive(self, *, path: str = "", times: int | None = None) -> Fault:
+        """Close a kept-alive connection, unanswered, when a request arrives on it (the
+        server's idle timeout fired as the request went out); new connections are served."""
+        return self.fault("stale", path=path, times=times)
+
     def drip(self, interval: float, *, path: str = "", times: int | None = None) -> Fault:
         """Send the body 16 bytes at a time, `interval` seconds apart."""
         return self.fault("drip", delay=interval, path=path, times=times)

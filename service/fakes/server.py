@@ -95,7 +95,10 @@ class Response:
 
 @dataclass
 class Fault:
-    """One misbehaviour. `kind`: latency, status, malformed, truncated, reset, drip, body."""
+    """One misbehaviour. `kind`: latency, status, malformed, truncated, reset, drip, body,
+    stale (a request on a kept-alive connection finds it closed by the server, unanswered:
+    an idle timeout that fired as the request arrived; requests on new connections are
+    served and do not count)."""
 
     kind: str
     path: str = ""  # only requests whose path contains this
@@ -166,9 +169,11 @@ class FakeHttpServer:
         self.log.clear()
         self.served = 0
 
-    def _take_fault(self, request: Request) -> Fault | None:
+    def _take_fault(self, request: Request, reused: bool) -> Fault | None:
         chosen = None
         for fault in self.faults:  # every fault counts the request, the first one applies
+            if fault.kind == "stale" and not reused:
+                continue
             if fault.matches(request) and chosen is None:
                 chosen = fault
         if chosen is not None and chosen.times is not None:
@@ -192,6 +197,7 @@ class FakeHttpServer:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reused = False
         while True:
             request = await _read_request(reader)
             if request is None:
@@ -199,7 +205,10 @@ class FakeHttpServer:
             self.requests[request.path] += 1
             self.log.append(request)
             self.served += 1
-            fault = self._take_fault(request)
+            fault = self._take_fault(request, reused)
+            reused = True
+            if fault is not None and fault.kind == "stale":
+                return  # closed unanswered (FIN), as an idle timeout would have
             delay = self.latency + (fault.delay if fault and fault.kind == "latency" else 0.0)
             if delay:
                 await asyncio.sleep(delay)

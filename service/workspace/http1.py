@@ -10,8 +10,11 @@ does only what those exchanges need:
 - responses framed by `Content-Length`, `chunked` or the connection's end; 1xx heads skipped;
 - a body cap: past it only the prefix is kept (`Answer.truncated`) and the connection is
   dropped, so an error body can still be read for its reason while a 2xx one is refused;
-- never a resend: a request that fails on a reused connection fails (each request counts
-  against a query's budget exactly once; paging retries it);
+- one resend, and only of a request whose kept-alive connection ended before a byte of its
+  answer (`Stale`): the server closed the connection idle as the request went out, so it
+  never read it (HTTP/1.1 allows a server to close an idle connection at any time; Go's and
+  urllib3's clients resend there too). It goes once more on a new connection; the budget
+  above counts it once. Any other failure is not resent (paging retries it);
 - no timers: the caller bounds every request (service.deadlines.within); a cancelled or failed
   exchange closes its connection, which is never reused;
 - no proxies, no cookies, no redirects, no content codings (no `Accept-Encoding` is sent).
@@ -37,6 +40,7 @@ from service.workspace.http1_connection import (
     CutOff,
     Headers,
     Malformed,
+    Stale,
     Unreachable,
 )
 
@@ -48,6 +52,7 @@ __all__ = [
     "Headers",
     "Malformed",
     "OriginPool",
+    "Stale",
     "Unreachable",
 ]
 
@@ -113,16 +118,23 @@ class OriginPool:
         connection = await self._acquire()
         try:
             return await connection.exchange(request, cap, method == "HEAD")
+        except Stale:
+            pass  # resent below on a new connection (the other idle ones may be stale too)
+        finally:
+            self._release(connection)
+        connection = await self._acquire(fresh=True)
+        try:
+            return await connection.exchange(request, cap, method == "HEAD")
         finally:
             self._release(connection)
 
-    async def _acquire(self) -> Connection:
+    async def _acquire(self, *, fresh: bool = False) -> Connection:
         loop = asyncio.get_running_loop()
         while True:
             if self._closed:
                 raise Unreachable("connection pool closed")
             now = loop.time()
-            while self._idle:
+            while self._idle and not fresh:
                 connection = self._idle.pop()
                 if not connection.closed and now - connection.idle_since < self._keepalive:
                     self._busy += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import cast
 
 __all__ = ["MAX_HEAD_BYTES", "READ_BYTES", "AddressRefused", "Answer", "Connection", "CutOff",
-           "Headers", "Malformed", "Unreachable"]
+           "Headers", "Malformed", "Stale", "Unreachable"]
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers of one response
 READ_BYTES = 64 * 1024  # what one read of the socket may take
@@ -24,6 +24,12 @@ _NO_BODY = frozenset({204, 304})
 
 class Unreachable(Exception):
     """No complete response head: the provider could not be reached or closed first."""
+
+
+class Stale(Unreachable):
+    """A kept-alive connection ended before a byte of its answer: the server had closed it
+    idle as the request went out (the request was never read; another connection may carry
+    it)."""
 
 
 class AddressRefused(Unreachable):
@@ -108,6 +114,8 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.exchanges = 0  # requests sent on this connection
+        self._answered = False  # a byte of the current exchange's answer arrived
         self._waiter: asyncio.Future[Answer] | None = None
         self._buffer = bytearray()
         self._cap = 0
@@ -139,6 +147,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._waiter is None or self._waiter.done():
             self._close()  # bytes nobody asked for: the connection is not in a known state
             return
+        self._answered = True
         self._buffer += data
         try:
             self._advance()
@@ -160,8 +169,10 @@ class Connection(asyncio.BufferedProtocol):
         """Send `request`; the response, its body capped at `cap` bytes."""
         assert self.transport is not None
         if self.closed or self.transport.is_closing():
-            raise Unreachable("connection closed")
+            raise Stale("connection closed") if self.exchanges else Unreachable("connection closed")
         loop = asyncio.get_running_loop()
+        self.exchanges += 1
+        self._answered = False
         waiter: asyncio.Future[Answer] = loop.create_future()
         self._waiter = waiter
         self._cap = cap
@@ -342,6 +353,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self._headers is not None and self._framing == "close":
             self._finish()
+        elif self._headers is None and not self._answered and self.exchanges > 1:
+            waiter.set_exception(Stale("kept-alive connection closed before a response"))
         elif self._headers is None:
             waiter.set_exception(Unreachable("connection closed before a response"))
         else:

@@ -213,6 +213,59 @@ async def test_an_idle_connection_the_server_closed_is_not_used_again(serve: Sta
     assert server.connections == 2
 
 
+async def test_a_kept_alive_connection_closed_as_the_request_arrives_is_resent_once(
+    serve: Start,
+) -> None:
+    """The race a server's idle timeout leaves: the connection looked open when it was taken,
+    and the server closed it as the request went out, unread. Once per request, on a new
+    connection; a new connection's failure is not resent."""
+    served: dict[asyncio.StreamWriter, int] = {}
+
+    async def idle_timeout(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        served[writer] = served.get(writer, 0) + 1
+        if served[writer] > 1:
+            return False  # closed unanswered
+        writer.write(_json())
+        return True
+
+    server, pool = await serve(idle_timeout)
+    for round_ in range(1, 4):
+        answer = await pool.request("POST", "/batch", [], b"{}", cap=1 << 20)
+        assert answer.status == 200
+        # the first round opens one connection; each later one tries the kept one, then a new one
+        assert (server.connections, len(server.requests)) == (round_, 2 * round_ - 1)
+
+    async def always_closed(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        served[writer] = served.get(writer, 0) + 1
+        if served[writer] > 1 or len(server.requests) > 1:
+            return False
+        writer.write(_json())
+        return True
+
+    server, pool = await serve(always_closed)
+    await _get(pool)
+    with pytest.raises(http1.Unreachable) as caught:
+        await _get(pool)
+    assert not isinstance(caught.value, http1.Stale)  # the new connection failed: no more tries
+    assert (server.connections, len(server.requests)) == (2, 3)
+
+
+async def test_a_kept_alive_connection_that_began_an_answer_is_not_resent(serve: Start) -> None:
+    async def interim_then_close(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(server.requests) == 1:
+            writer.write(_json())
+            return True
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return False
+
+    server, pool = await serve(interim_then_close)
+    await _get(pool)
+    with pytest.raises(http1.Unreachable) as caught:
+        await _get(pool)
+    assert not isinstance(caught.value, http1.Stale)
+    assert len(server.requests) == 2
+
+
 async def test_a_cancelled_exchange_closes_its_connection(serve: Start) -> None:
     async def slow(request: bytes, writer: asyncio.StreamWriter) -> bool:
         if len(server.requests) == 1:
