@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import secrets
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
@@ -126,6 +127,13 @@ class FakeProvider:
         self.server.reset()
         self.basic_user = ""
         self.token_epoch = 0
+        self.token = f"tok-{self.name}-secret"
+
+    def revoke_token(self) -> str:
+        """Stop accepting the credential issued so far (the user revoked it, or changed a
+        password); returns the one accepted from now on, to reconnect with."""
+        self.token = f"tok-{self.name}-{secrets.token_hex(4)}"
+        return self.token
 
     def page_token(self, offset: int) -> str:
         """A page token for `offset`, valid until `expire_page_tokens`."""

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 from msgspec import structs
 
@@ -17,7 +14,6 @@ from service.workspace.http import BUDGET_MESSAGE, HttpClient
 from service.workspace.model import (
     NativeDocument,
     ProviderError,
-    ProviderId,
     ProviderPage,
     ProviderQuery,
     QueryState,
@@ -28,103 +24,31 @@ from service.workspace.paging import (
     Pass,
     ReadPass,
     resume_state,
-    short_id,
 )
 from service.workspace.plan import Slot
 from service.workspace.providers import ProviderSpec, SearchFn
 from service.workspace.providers._common import join_messages
+from service.workspace.results import fusion_key, identity
 
-__all__ = [
-    "NAME_CHARS",
-    "PREVIEW_CHARS",
-    "TITLE_CHARS",
-    "URL_CHARS",
-    "Fusion",
-    "ListRun",
-    "Vote",
-    "canonical_url",
-    "fusion_key",
-    "preview",
-    "result_id",
-]
+__all__ = ["PARKED_MESSAGE", "WAITING_MESSAGE", "Fusion", "ListRun", "Vote"]
 
-PREVIEW_CHARS = 1800
-# What a fused result carries of a provider's text, so that a page of 50 stays far under the
-# response limit whatever a provider sends: longer titles and names are cut, and a longer URL
-# is left out (a cut link leads nowhere; browsers refuse longer ones anyway).
-TITLE_CHARS = 1000
-NAME_CHARS = 500  # kind, author, container
-URL_CHARS = 8192
+DEADLINE_MESSAGE = ("the call's deadline ran out before this account answered; it goes "
+                    "ahead of the others on the next page")
+EXPIRED_MESSAGE = ("the provider no longer accepted the page token this query resumed with "
+                   "(expired); read again from its first page, skipping what was returned")
+PARKED_MESSAGE = ("this query keeps its place: once the account is reconnected "
+                  "(UpdateAccountCredentials), a later page or its next_cursor resumes it")
+WAITING_MESSAGE = ("not read: the account still needs to be reconnected "
+                   "(UpdateAccountCredentials); this query resumes where it stopped once it is")
+MAX_RESTARTS = 5  # in a row without a result emitted in between (see ListRun.restart)
 # A list whose every read failed (5xx, a reset connection, a malformed answer, no answer to a
 # request given the whole provider request timeout or half the call's time) on this many
 # consecutive calls spanning at least GIVE_UP_SECONDS ends, FAILED: a provider that stays
 # down or hangs must not keep a search's pages coming forever. Meanwhile each such status
 # advises a `retry_after` that doubles from 1 s to at most 60 s.
-DEADLINE_MESSAGE = ("the call's deadline ran out before this account answered; it goes "
-                    "ahead of the others on the next page")
-EXPIRED_MESSAGE = ("the provider no longer accepted the page token this query resumed with "
-                   "(expired); read again from its first page, skipping what was returned")
-MAX_RESTARTS = 5  # in a row without a result emitted in between (see ListRun.restart)
 GIVE_UP_ATTEMPTS = 3
 GIVE_UP_SECONDS = 300.0
 MAX_FAILURE_ADVICE = 60.0
-
-
-@functools.lru_cache(maxsize=16_384)
-def canonical_url(url: str) -> str:
-    """A URL spelled one way: scheme and host lower-cased, default port and trailing slash
-    dropped (the query and fragment kept: Gmail and Drive put the item's id there)."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        return url.strip()
-    if not parts.scheme or not parts.hostname:
-        return url.strip()
-    scheme = parts.scheme.lower()
-    host = parts.hostname.lower()
-    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
-        host = f"{host}:{port}"
-    path = parts.path.rstrip("/")
-    return urlunsplit((scheme, host, path, parts.query, parts.fragment))
-
-
-def fusion_key(provider: ProviderId, account_id: str, doc: NativeDocument) -> str:
-    """Identity for fusion: one per real item whichever account saw it.
-
-    The provider's global key when it has one (calendar event ids), else the item's
-    canonical URL (the same issue, file or page through two accounts); only an item
-    without either is told apart by account.
-    """
-    if doc.dedupe_key:
-        return f"{provider.value}\x1f*\x1f{doc.dedupe_key}"
-    if doc.url:
-        return f"{provider.value}\x1f*\x1f{canonical_url(doc.url)}"
-    return f"{provider.value}\x1f{account_id}\x1f{doc.id}"
-
-
-@functools.lru_cache(maxsize=65_536)
-def identity(key: str) -> tuple[str, str]:
-    """(result id, short id) of a fusion key; cached: the same items come back page after
-    page and search after search, and each costs two digests."""
-    public = result_id(key)
-    return public, short_id(public)
-
-
-def result_id(key: str) -> str:
-    """Stable public id of a fused result (also the tie-breaker of the fused order)."""
-    return "r_" + hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
-def preview(content: str, text: str, size: int = PREVIEW_CHARS) -> str:
-    """At most `size` characters of content, centred on the longest query word it contains."""
-    if len(content) <= size:
-        return content
-    lowered = content.casefold()
-    words = sorted((w for w in text.casefold().split() if len(w) > 2), key=len, reverse=True)
-    at = next((lowered.find(w) for w in words if lowered.find(w) >= 0), 0)
-    start = max(0, min(at - size // 2, len(content) - size))
-    return content[start : start + size]
 
 
 class Vote(NamedTuple):
@@ -158,6 +82,7 @@ class ListRun:
         self.read_ok = False  # a read of the list succeeded in this call
         self.starved = False  # the call's deadline ran out before any read completed
         self.restarts = start.restarts
+        self.parked = False  # refused credentials stopped the list: it waits for a reconnect
         self.start = start
         self.spec = spec
         self.sweep = start.sweep
@@ -185,8 +110,17 @@ class ListRun:
         self._voted: set[str] = set()
         self._own_done = frozenset(start.seen)
         wait = start.wait_until - now
-        if not start.exhausted and wait > 0:
+        if start.parked and slot.account.needs_reconnect and not start.exhausted:
+            self._wait_for_reconnect()
+        elif not start.exhausted and wait > 0:
             self._back_off(wait)
+
+    def _wait_for_reconnect(self) -> None:
+        """Skip the list in this call: its account is still flagged NEEDS_RECONNECT."""
+        self.stopped = True
+        self.parked = True
+        self.state = QueryState.NEEDS_RECONNECT
+        self.messages.append(WAITING_MESSAGE)
 
     def _back_off(self, wait: float) -> None:
         """Skip the list in this call: the provider asked to wait before it is read again."""
@@ -284,6 +218,9 @@ class ListRun:
             state = structs.replace(state, behind=self.start.behind + 1)
         if self.restarts and self.contributed == self.start.emitted and not state.exhausted:
             state = structs.replace(state, restarts=self.restarts)  # none was worth it yet
+        parked = not state.exhausted and (self.parked or (self.start.parked and not self.read_ok))
+        if state.parked != parked:
+            state = structs.replace(state, parked=parked)
         return state
 
     def restart(self, error: ProviderError) -> bool:
@@ -310,8 +247,10 @@ class ListRun:
         return True
 
     def own_emitted(self, emitted: Collection[str]) -> tuple[str, ...]:
-        """Ids of this list's results emitted so far (for its per-query cursor)."""
-        fresh = [item for item in self.read_ids if item in emitted]
+        """Ids of this list's results emitted so far (for its per-query cursor). A list that
+        read nothing in this call (rate-limited, waiting for a reconnect) cannot tell its own
+        from the others: it keeps the latest of them all (a cursor may repeat, never skip)."""
+        fresh = [item for item in self.read_ids if item in emitted] if self.read_ok else emitted
         return (*self.start.seen, *fresh)
 
     def _in_range(self, documents: Iterable[NativeDocument]) -> list[NativeDocument]:
@@ -347,7 +286,11 @@ class ListRun:
         after the provider's wait); a final one ends the list.
         """
         self.stopped = True
-        if not error.retryable:
+        if error.state is QueryState.NEEDS_RECONNECT:
+            self.parked = True  # a human may fix this one: the list keeps its place
+            error = ProviderError(error.state, join_messages([error.message, PARKED_MESSAGE]),
+                                  retryable=False)
+        elif not error.retryable:
             self.ended = True
         elif error.state is QueryState.TIMED_OUT or error.message == BUDGET_MESSAGE:
             self.cut = True

@@ -38,14 +38,7 @@ from service.workspace.events import (
 )
 from service.workspace.fanout import Call, details
 from service.workspace.guidance import ProviderCard, cards_for
-from service.workspace.lists import (
-    NAME_CHARS,
-    TITLE_CHARS,
-    URL_CHARS,
-    Fusion,
-    ListRun,
-    preview,
-)
+from service.workspace.lists import Fusion, ListRun
 from service.workspace.model import NativeDocument, ProviderError, ProviderId, QueryState
 from service.workspace.paging import (
     ListState,
@@ -56,6 +49,7 @@ from service.workspace.paging import (
 )
 from service.workspace.plan import Plan
 from service.workspace.providers import ProviderSpec
+from service.workspace.results import NAME_CHARS, TITLE_CHARS, URL_CHARS, preview
 
 __all__ = ["Pager", "PagerSettings"]
 
@@ -99,7 +93,9 @@ class Pager:
         for _ in range(self._plan.max_pages):
             page, best_effort = await self._fill_page()
             resumes = [run.resume(self._fusion.emitted) for run in self._runs]
-            done = not self._fusion.candidates() and all(r.exhausted for r in resumes)
+            # Lists waiting for a reconnect do not keep the pages coming by themselves.
+            done = not self._fusion.candidates() and all(r.exhausted or r.parked
+                                                          for r in resumes)
             token = "" if done else self._page_token(resumes)
             for run, resume in zip(self._runs, resumes, strict=True):
                 status = self._status(run, resume)

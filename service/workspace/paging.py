@@ -122,6 +122,10 @@ class ListState(msgspec.Struct, frozen=True):
     # the list was read again from its first page with no result of it emitted since:
     # bounded, so a provider that keeps refusing cannot keep a search re-reading its pages.
     restarts: int = 0
+    # The provider refused the account's credentials: the list keeps its place and is not read
+    # again while the account is flagged NEEDS_RECONNECT; once it is reconnected
+    # (UpdateAccountCredentials), a later page or the list's cursor resumes it from here.
+    parked: bool = False
 
     @property
     def at_first_page(self) -> bool:
@@ -134,7 +138,8 @@ class ListState(msgspec.Struct, frozen=True):
         streak travels as a pair)."""
         wire = [self.cursor, self.offset, self.limit, int(self.exhausted), self.emitted,
                 int(self.sweep), self.wait_until]
-        later = [self.failures, self.failing_since, self.behind, self.restarts]
+        later = [self.failures, self.failing_since, self.behind, self.restarts,
+                 int(self.parked)]
         while len(later) > 2 and not later[-1]:
             later.pop()
         return [*wire, *later] if any(later) else wire
@@ -149,16 +154,19 @@ class ListState(msgspec.Struct, frozen=True):
         if not isinstance(value, list) or not 7 <= len(value) <= _MAX_WIRE or len(value) == 8:
             raise InvalidPageToken.field(field_name, "token is malformed")
         cursor, offset, limit, exhausted, emitted, sweep, wait_until = value[:7]
-        failures, since, behind, restarts = [*value[7:11], 0, 0, 0, 0][:4]
-        numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind, restarts)
+        failures, since, behind, restarts, parked = [*value[7:12], 0, 0, 0, 0, 0][:5]
+        numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind, restarts,
+                   parked)
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidPageToken.field(field_name, "token is malformed")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
             raise InvalidPageToken.field(field_name, "token is malformed")
-        if exhausted not in (0, 1) or not 1 <= limit <= 100 or sweep not in iter(Pass):
+        if (exhausted not in (0, 1) or parked not in (0, 1) or not 1 <= limit <= 100
+                or sweep not in iter(Pass)):
             raise InvalidPageToken.field(field_name, "token is malformed")
         return cls(cursor, offset, limit, bool(exhausted), emitted, Pass(sweep), wait_until,
-                   failures=failures, failing_since=since, behind=behind, restarts=restarts)
+                   failures=failures, failing_since=since, behind=behind, restarts=restarts,
+                   parked=bool(parked))
 
 
 ListKey = tuple[int, str]  # (query_index, account_id): one list of a search

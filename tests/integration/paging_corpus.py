@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from service.fakes.suite import FakeProviders
-from service.workspace.lists import canonical_url
+from service.workspace.results import canonical_url
 
 WORD = "alpha"
 REPO = "acme/app"

@@ -12,9 +12,9 @@ from service.errors import InvalidPageToken
 from service.fakes.suite import FakeProviders
 from service.ranking import rrf
 from service.timerange import TimeRange
-from service.workspace.lists import fusion_key, result_id
 from service.workspace.model import Kind, NativeDocument, ProviderId, QueryState
 from service.workspace.plan import NativeQuery
+from service.workspace.results import fusion_key, result_id
 from tests.integration.workspace_support import World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures", "tests.integration.workspace_fixtures"]

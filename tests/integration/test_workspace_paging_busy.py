@@ -39,7 +39,7 @@ from search_client import (
     RetryPolicy,
 )
 from service.fakes.suite import FakeProviders
-from service.workspace.lists import canonical_url
+from service.workspace.results import canonical_url
 from tests.integration.paging_corpus import WORD, seeded
 from tests.support.server import running_server
 

@@ -27,9 +27,9 @@ import pytest
 
 from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
-from service.workspace.lists import canonical_url
 from service.workspace.model import ProviderId
 from service.workspace.plan import NativeQuery
+from service.workspace.results import canonical_url
 from tests.integration.paging_corpus import WORD, seeded
 from tests.integration.workspace_support import World, build_world
 

@@ -11,14 +11,7 @@ from hypothesis import strategies as st
 from service.errors import InvalidPageToken, ResourceExhausted
 from service.ranking.tokens import MAX_TOKEN_CHARS, TokenSigner
 from service.timerange import TimeRange
-from service.workspace.lists import (
-    MAX_RESTARTS,
-    ListRun,
-    canonical_url,
-    fusion_key,
-    preview,
-    result_id,
-)
+from service.workspace.lists import MAX_RESTARTS, ListRun
 from service.workspace.model import (
     Account,
     NativeDocument,
@@ -45,6 +38,7 @@ from service.workspace.paging import (
 )
 from service.workspace.plan import NativeQuery, Slot
 from service.workspace.providers import REGISTRY
+from service.workspace.results import canonical_url, fusion_key, preview, result_id
 
 SIGNER = TokenSigner(b"s" * 32)
 BINDING = "b" * 32
@@ -119,13 +113,23 @@ def test_a_list_state_from_a_later_version_reads_the_fields_known_here() -> None
     """Fields a later version appends are ignored, so its tokens resume here during a rolling
     upgrade (an older replica refused every token with a field it did not know)."""
     keys = _keys(1)
-    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, 2, "a later field", [1, 2]]
+    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, 2, 1, "a later field", [1, 2]]
     token = SIGNER.sign("ws-page", BINDING, {"l": [later], "k": [[0, "acc_0"]], "e": "", "p": 4,
                                              "z": "a later key"})
     state = decode_page_token(SIGNER, BINDING, token, keys)
     assert state.lists == (ListState(None, 30, 10, False, 3, failures=2,
-                                     failing_since=1_700_000_000, behind=1, restarts=2),)
+                                     failing_since=1_700_000_000, behind=1, restarts=2,
+                                     parked=True),)
     assert state.page_number == 4
+
+
+def test_a_parked_list_travels_and_older_tokens_are_not_parked() -> None:
+    parked = ListState("c", 20, 10, emitted=4, parked=True)
+    assert parked.to_wire()[7:] == [0, 0, 0, 0, 1]
+    assert ListState.from_wire(parked.to_wire(), "page_token") == parked
+    assert not ListState.from_wire(ListState("c", 20, 10).to_wire(), "page_token").parked
+    with pytest.raises(InvalidPageToken):
+        ListState.from_wire([*parked.to_wire()[:11], 2], "page_token")
 
 
 def test_lists_resume_by_name_whatever_accounts_came_or_went() -> None:
