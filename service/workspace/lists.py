@@ -218,7 +218,7 @@ class ListRun:
             state = structs.replace(state, behind=self.start.behind + 1)
         if self.restarts and self.contributed == self.start.emitted and not state.exhausted:
             state = structs.replace(state, restarts=self.restarts)  # none was worth it yet
-        parked = not state.exhausted and (self.parked or (self.start.parked and not self.read_ok))
+        parked = self.parked and not state.exhausted  # only while the account stays refused
         if state.parked != parked:
             state = structs.replace(state, parked=parked)
         return state

@@ -79,7 +79,10 @@ class Pager:
         resume = plan.resume
         # A search keeps the k it began with (a token from before tokens carried it: 0).
         self._k = resume.rrf_k if resume is not None and resume.rrf_k else settings.rrf_k
-        self._fusion = Fusion(self._k, resume.emitted if resume else ())
+        # A search begun from per-query cursors starts with what they remember as emitted,
+        # so its page tokens carry that on (a token keeps no list's own ids).
+        first = (seen for run in runs for seen in run.start.seen)
+        self._fusion = Fusion(self._k, resume.emitted if resume else first)
         self._page_number = resume.page_number if resume else 1
         self._sent: dict[int, QueryStatus] = {}
         self._cursors: dict[int, tuple[ListState, str]] = {}

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from service.fakes.suite import FakeProviders
+from service.workspace.model import ProviderId
 from service.workspace.results import canonical_url
 
 WORD = "alpha"
@@ -26,6 +27,10 @@ class Corpus:
     ever: set[str] = field(default_factory=set)
     serial: int = 0
     slow: float = 0.0  # > 0: a fault may also answer this many seconds late
+    revocations: bool = False  # a change may revoke an account's token (the test reconnects)
+    # Providers whose token the user revoked, with the pages left before they reconnect
+    # (the test's loop reconnects them: Corpus.due).
+    revoked: dict[str, int] = field(default_factory=dict)
 
     def _next(self) -> int:
         self.serial += 1
@@ -124,8 +129,11 @@ class Corpus:
             (self.fakes.google_drive, "/drive/v3/files"),
         ])
         call = self.rng.randrange(1, 4)
-        kind = self.rng.randrange(4 if self.slow else 3)
-        if kind == 3:
+        kind = self.rng.randrange(5 if self.slow else 4)
+        if kind == 3:  # the provider closed a kept-alive connection as the request went out
+            stale = fake.close_kept_alive(path=path, times=1)
+            stale.on_call = call
+        elif kind == 4:
             late = fake.slow(self.slow, path=path, times=1)
             late.on_call = call
         elif kind == 0:
@@ -141,21 +149,43 @@ class Corpus:
         later finds them (GitHub pages by number: nothing expires)."""
         self.rng.choice([self.fakes.slack, self.fakes.google_drive]).expire_page_tokens()
 
+    def revoke(self) -> None:
+        """The user revokes one account's token; it is reconnected after 0-2 more pages."""
+        name = self.rng.choice(["slack", "github", "google_drive"])
+        if name not in self.revoked:
+            self.fakes.of(ProviderId(name)).revoke_token()
+            self.revoked[name] = self.rng.randrange(3)
+
+    def due(self, *, all_: bool = False) -> list[str]:
+        """The revoked providers to reconnect now (every one with `all_`); the others wait
+        one more page."""
+        ready = [n for n, pages in self.revoked.items() if all_ or pages == 0]
+        for name in list(self.revoked):
+            if name in ready:
+                del self.revoked[name]
+            else:
+                self.revoked[name] -= 1
+        return ready
+
     def change(self) -> None:
         """A random handful of changes and faults."""
         actions: list[Callable[[], None]] = [
             self.delete, self.insert, self.rescore, self.edit, self.fault, self.expire,
+            *([self.revoke] if self.revocations else []),
         ]
         for _ in range(self.rng.randrange(4)):
             self.rng.choice(actions)()
 
 
-def seeded(fakes: FakeProviders, rng: random.Random, *, slow: float = 0.0) -> Corpus:
+def seeded(
+    fakes: FakeProviders, rng: random.Random, *, slow: float = 0.0, revocations: bool = False
+) -> Corpus:
     """Fresh fakes holding a random Slack, GitHub (issues and code) and Drive corpus;
-    `slow` > 0 adds answers that late to the faults."""
+    `slow` > 0 adds answers that late to the faults; `revocations` lets changes revoke
+    tokens (the fakes' reset restores them: the test stores them for its accounts again)."""
     fakes.reset()
     fakes.github.add_repo(REPO)
-    corpus = Corpus(fakes, rng, slow=slow)
+    corpus = Corpus(fakes, rng, slow=slow, revocations=revocations)
     for make, low, high in ((corpus.add_message, 5, 45), (corpus.add_issue, 0, 25),
                             (corpus.add_code, 0, 25), (corpus.add_file, 0, 30)):
         for _ in range(rng.randrange(low, high)):

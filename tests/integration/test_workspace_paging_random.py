@@ -12,7 +12,9 @@ same changes and faults, and check the same guarantee for that query's list.
 Each seeded run builds a Slack, GitHub (kindless: an issues and a code leg) and Drive corpus,
 pages through a four-query search with a random `top_k`, and between pages inserts, deletes,
 edits and re-scores items at random, makes single provider requests fail (429, 500, a
-reset connection) and expires the page tokens Slack or Drive issued so far.
+reset connection, a kept-alive connection closed as the request arrives), expires the page
+tokens Slack or Drive issued so far, and revokes an account's token, reconnecting it 0-2
+pages later (lists still waiting for it when the pages end go on by their `next_cursor`).
 Runs: SEARCH_TEST_PAGING_RUNS (default 200).
 """
 
@@ -21,17 +23,19 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from msgspec import structs
 
 from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
-from service.workspace.model import ProviderId
+from service.workspace.model import Credentials, ProviderId, QueryState
 from service.workspace.plan import NativeQuery
 from service.workspace.results import canonical_url
 from tests.integration.paging_corpus import WORD, seeded
-from tests.integration.workspace_support import World, build_world
+from tests.integration.workspace_support import TENANT, World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
@@ -39,9 +43,17 @@ RUNS = int(os.environ.get("SEARCH_TEST_PAGING_RUNS", "200"))
 MAX_CALLS = 120  # a run that needs more calls than this never ends: a failure
 
 
-async def _run_once(world: World, seed: int) -> None:
+async def _reconnect(world: World, accounts: Mapping[str, str], names: list[str]) -> None:
+    """Store each named provider's current token for its account (UpdateAccountCredentials)."""
+    for name in names:
+        token = world.fakes.of(ProviderId(name)).token
+        await world.accounts.replace_credentials(TENANT, accounts[name], Credentials(token))
+
+
+async def _run_once(world: World, accounts: Mapping[str, str], seed: int) -> None:
     rng = random.Random(seed)
-    corpus = seeded(world.fakes, rng)
+    corpus = seeded(world.fakes, rng, revocations=True)
+    await _reconnect(world, accounts, list(accounts))  # the fakes' tokens after their reset
     queries = [NativeQuery(ProviderId.SLACK, WORD), NativeQuery(ProviderId.GITHUB, WORD),
                NativeQuery(ProviderId.GOOGLE_DRIVE, WORD),
                NativeQuery(ProviderId.SLACK, f"{WORD} message")]
@@ -56,9 +68,27 @@ async def _run_once(world: World, seed: int) -> None:
         token = page.next_page_token
         if not token:
             break
+        await _reconnect(world, accounts, corpus.due())
         corpus.change()
     else:
         pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
+    # Lists still waiting for a reconnect when the pages ended go on, together, from their
+    # cursors, in a search of their own paged to its end.
+    await _reconnect(world, accounts, corpus.due(all_=True))
+    waiting = [structs.replace(queries[index], cursor=status.next_cursor)
+               for (index, _), status in outcome.latest().items()
+               if status.state is QueryState.NEEDS_RECONNECT and status.next_cursor]
+    token = ""
+    for _ in range(MAX_CALLS if waiting else 0):
+        resumed = await world.search(waiting, top_k=top_k, page_token=token)
+        (page,) = resumed.pages
+        emitted.extend(canonical_url(r.url) for r in page.results)
+        for status in resumed.latest().values():  # faults still armed may fail a read
+            assert status.state is not QueryState.NEEDS_RECONNECT, f"seed {seed}: {status}"
+        token = page.next_page_token
+        if not token:
+            break
+    assert not token, f"seed {seed}: the resumed lists did not end"
     corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
 
 
@@ -70,10 +100,11 @@ ONE_LIST = {  # provider -> the URL prefixes of its items
 }
 
 
-async def _run_cursor_once(world: World, seed: int) -> None:
+async def _run_cursor_once(world: World, accounts: Mapping[str, str], seed: int) -> None:
     """One query paged alone by its `next_cursor`, under the same changes and faults."""
     rng = random.Random(10_000 + seed)
-    corpus = seeded(world.fakes, rng)
+    corpus = seeded(world.fakes, rng, revocations=True)
+    await _reconnect(world, accounts, list(accounts))
     provider = list(ONE_LIST)[seed % len(ONE_LIST)]
     top_k = rng.randrange(3, 12)
     emitted: list[str] = []
@@ -86,6 +117,7 @@ async def _run_cursor_once(world: World, seed: int) -> None:
         cursor = status.next_cursor
         if not cursor:
             break
+        await _reconnect(world, accounts, corpus.due())
         corpus.change()
     else:
         pytest.fail(f"cursor seed {seed}: paging did not end within {MAX_CALLS} calls")
@@ -104,11 +136,11 @@ async def test_paging_by_identity_holds_under_random_changes_and_faults(
     await store.open()
     try:
         world = build_world(fakes, store)
-        for provider in (ProviderId.SLACK, ProviderId.GITHUB, ProviderId.GOOGLE_DRIVE):
-            await world.connect(provider)
+        accounts = {provider.value: await world.connect(provider)
+                    for provider in (ProviderId.SLACK, ProviderId.GITHUB, ProviderId.GOOGLE_DRIVE)}
         for seed in range(RUNS):
-            await _run_once(world, seed)
+            await _run_once(world, accounts, seed)
         for seed in range(CURSOR_RUNS):
-            await _run_cursor_once(world, seed)
+            await _run_cursor_once(world, accounts, seed)
     finally:
         await store.close()

@@ -99,22 +99,28 @@ async def test_its_cursor_resumes_it_and_alone_it_does_not_keep_the_pages_coming
         statuses, page = await _page(client, queries, page.next_page_token)
         assert statuses[slack].state == pb.QUERY_STATE_NEEDS_RECONNECT
         assert not page.next_page_token  # nothing else to read: the search ends here
-        cursor = statuses[slack].next_cursor
-        assert cursor
+        waiting = [pb.NativeQuery(provider=cpb.PROVIDER_SLACK, text=queries[0].text,
+                                  cursor=statuses[slack].next_cursor)]
+        assert waiting[0].cursor
 
-        statuses, _ = await _page(client, [pb.NativeQuery(provider=cpb.PROVIDER_SLACK,
-                                                          text=queries[0].text, cursor=cursor)])
+        statuses, page = await _page(client, waiting)
         assert statuses[slack].state == pb.QUERY_STATE_NEEDS_RECONNECT  # still flagged
+        assert not page.results
+        assert not page.next_page_token
         await client.accounts.UpdateAccountCredentials(
             apb.UpdateAccountCredentialsRequest(
                 account_id=slack, credentials=apb.Credentials(token=fakes.slack.token)
             ),
             metadata=client.metadata,
         )
-        while cursor:
-            statuses, page = await _page(client, [pb.NativeQuery(
-                provider=cpb.PROVIDER_SLACK, text=queries[0].text, cursor=cursor)])
+        fakes.slack.fail_status(500, times=1)  # reconnected, and the first read fails anyway
+        statuses, page = await _page(client, waiting)
+        assert statuses[slack].state == pb.QUERY_STATE_FAILED
+        token = page.next_page_token
+        assert token, "a reconnected list that failed once is carried, not left waiting"
+        while token:
+            statuses, page = await _page(client, waiting, token)
             assert statuses[slack].state == pb.QUERY_STATE_OK, statuses[slack].message
             seen += [r.result_id for r in page.results]
-            cursor = statuses[slack].next_cursor
+            token = page.next_page_token
     assert len(seen) == len(set(seen)) == ITEMS
