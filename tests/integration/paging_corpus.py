@@ -140,9 +140,8 @@ class Corpus:
             fake.fail_call(path, call, 429, headers={"Retry-After": "0"})
         elif kind == 1:
             fake.fail_call(path, call, 500)
-        else:
-            fault = fake.reset_connection(path=path, times=1)
-            fault.on_call = call
+        else:  # two in a row: a request on a kept-alive connection is sent once more
+            fake.reset_connection(path=path, times=2)
 
     def expire(self) -> None:
         """Expire the page tokens Slack or Drive issued so far, as a caller who comes back
