@@ -402,8 +402,12 @@ class Store(Protocol):
         """Delete an account of `tenant`; False when not found."""
         ...
 
-    async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
-        """Mark an account as needing reconnection (after a 401/403) or healthy again."""
+    async def set_account_reconnect(
+        self, tenant: str, account_id: str, needs: bool, *, sealed: bytes | None = None
+    ) -> None:
+        """Mark an account as needing reconnection (after a 401/403) or healthy again; with
+        `sealed`, only while the account still holds those sealed credentials (a refusal of
+        credentials replaced meanwhile, by a reconnect, flags nothing)."""
         ...
 
     async def replace_account_credentials(

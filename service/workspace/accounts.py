@@ -86,6 +86,10 @@ class AccountSnapshot:
     def __repr__(self) -> str:
         return f"AccountSnapshot(accounts={len(self.accounts)})"
 
+    def sealed(self, account: Account) -> bytes:
+        """The account's sealed credentials as the call read them."""
+        return self._records[account.account_id].sealed_credentials
+
     def credentials(self, account: Account) -> Credentials:
         """Open the account's credentials; ValueError when they cannot be opened."""
         record = self._records[account.account_id]
@@ -293,9 +297,12 @@ class AccountManager:
             raise _account_not_found()
         log.info("account disconnected: tenant=%s account=%s", tenant, account_id)
 
-    async def mark_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
-        """Record that the provider refused (or accepted again) the account's credentials."""
-        await self._store.set_account_reconnect(tenant, account_id, needs)
+    async def mark_reconnect(
+        self, tenant: str, account_id: str, needs: bool, *, sealed: bytes | None = None
+    ) -> None:
+        """Record that the provider refused (or accepted again) the account's credentials;
+        with `sealed` (the credentials refused), only if the account still holds them."""
+        await self._store.set_account_reconnect(tenant, account_id, needs, sealed=sealed)
 
     def _check(self, request: ConnectRequest) -> list[FieldViolation]:
         problems: list[FieldViolation] = []

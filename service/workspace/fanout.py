@@ -237,8 +237,14 @@ class Call:
         if account.account_id in self._marked or not (refused or cleared):
             return
         self._marked.add(account.account_id)
+        # A refusal flags the credentials this call read, not ones a reconnect stored since
+        # (credentials the call renewed itself are flagged whatever the store holds).
+        session = self._sessions.get(account.account_id)
+        renewed = isinstance(session, AccountSession) and session.credential.renewed
+        sealed = self._snapshot.sealed(account) if refused and not renewed else None
         try:
-            await self._accounts.mark_reconnect(self._tenant, account.account_id, refused)
+            await self._accounts.mark_reconnect(self._tenant, account.account_id, refused,
+                                                sealed=sealed)
         except Exception:
             log.warning("could not record the reconnect state of account %s", account.account_id,
                         exc_info=True)

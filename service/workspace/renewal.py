@@ -67,6 +67,7 @@ class SessionCredential:
         # Only accounts with a refresh token renew; the others behave as before refresh existed.
         self._renewer = renewer if credentials.refreshable else None
         self._lock: asyncio.Lock | None = None
+        self.renewed = False  # the credential sent now is not the one the session began with
 
     def __repr__(self) -> str:
         return f"SessionCredential(account={self._account.account_id!r})"
@@ -109,7 +110,9 @@ class SessionCredential:
     async def _apply(self, renewer: Renewer, *, refused: bool) -> None:
         fresh = await renewer.renew(self._account, self._credentials, refused=refused)
         self._credentials = fresh
-        self.authorization = auth_header(self._account.provider, fresh)
+        authorization = auth_header(self._account.provider, fresh)
+        self.renewed = self.renewed or authorization != self.authorization
+        self.authorization = authorization
 
 
 async def bounded(seconds: float, work: Awaitable[T]) -> T:

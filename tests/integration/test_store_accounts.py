@@ -75,3 +75,15 @@ async def test_replacing_credentials_keeps_the_row_and_its_tenant(store: Store) 
     assert [a.sealed_credentials for a in await store.list_accounts("globex")] == [
         b"\x00sealed\xff"
     ]
+
+
+async def test_a_refusal_flags_only_the_credentials_it_refused(store: Store) -> None:
+    """A search flags the credentials it read; a reconnect that stored others meanwhile wins."""
+    await store.create_account(_account("a1"))
+    await store.replace_account_credentials("acme", "a1", b"\x01reconnected", needs_reconnect=False)
+    await store.set_account_reconnect("acme", "a1", True, sealed=b"\x00sealed\xff")  # the old
+    [kept] = await store.list_accounts("acme")
+    assert not kept.needs_reconnect
+    await store.set_account_reconnect("acme", "a1", True, sealed=b"\x01reconnected")
+    [flagged] = await store.list_accounts("acme")
+    assert flagged.needs_reconnect

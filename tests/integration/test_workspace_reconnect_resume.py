@@ -12,6 +12,7 @@ stopped. Lists waiting for a reconnect do not keep the pages coming by themselve
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from search_client.pb.search.v1 import accounts_pb2 as apb
@@ -124,3 +125,41 @@ async def test_its_cursor_resumes_it_and_alone_it_does_not_keep_the_pages_coming
             seen += [r.result_id for r in page.results]
             token = page.next_page_token
     assert len(seen) == len(set(seen)) == ITEMS
+
+
+async def test_a_refusal_in_flight_does_not_flag_the_account_reconnected_meanwhile(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """A call read the old credentials, the user reconnected while its request was in flight,
+    then the provider refused the old ones. The flag was set anyway: the freshly reconnected
+    account showed NEEDS_RECONNECT, and a paged search kept skipping it."""
+    seed(fakes, items_per_word=ITEMS)
+    queries = queries_for("slack", WORDS[:1]) + queries_for("google_drive", WORDS[:1])
+    async with serving(fakes, tmp_path) as client:
+        slack = (await connect_all(client.accounts, fakes, metadata=client.metadata))["slack"]
+        _, page = await _page(client, queries)
+        seen = [r.result_id for r in page.results]
+        fakes.slack.revoke_token()
+        fakes.slack.slow(0.6, times=1)  # the refusal arrives after the reconnect
+        in_flight = asyncio.create_task(_page(client, queries, page.next_page_token))
+        await asyncio.sleep(0.3)
+        await client.accounts.UpdateAccountCredentials(
+            apb.UpdateAccountCredentialsRequest(
+                account_id=slack, credentials=apb.Credentials(token=fakes.slack.token)
+            ),
+            metadata=client.metadata,
+        )
+        statuses, page = await in_flight
+        assert statuses[slack].state == pb.QUERY_STATE_NEEDS_RECONNECT  # the old token
+        seen += [r.result_id for r in page.results]
+        listed = await client.search.ListAccounts(pb.ListAccountsRequest(),
+                                                  metadata=client.metadata)
+        states = {a.account_id: a.state for a in listed.accounts}
+        assert states[slack] == pb.ACCOUNT_STATE_CONNECTED
+        token = page.next_page_token
+        while token:
+            statuses, page = await _page(client, queries, token)
+            assert statuses[slack].state == pb.QUERY_STATE_OK, statuses[slack].message
+            seen += [r.result_id for r in page.results]
+            token = page.next_page_token
+    assert len(seen) == len(set(seen)) == 2 * ITEMS

@@ -25,6 +25,9 @@ SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE account_id > $1 ORDER BY account_id
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = $1 AND account_id = $2"
 SET_RECONNECT = """
 UPDATE accounts SET needs_reconnect = $3 WHERE tenant = $1 AND account_id = $2"""
+SET_RECONNECT_IF_HELD = """
+UPDATE accounts SET needs_reconnect = $3
+WHERE tenant = $1 AND account_id = $2 AND sealed_credentials = $4"""
 # COALESCE keeps the flag when none is given (NULL).
 REPLACE_CREDENTIALS = """
 UPDATE accounts SET sealed_credentials = $3, needs_reconnect = COALESCE($4, needs_reconnect)
@@ -83,9 +86,15 @@ async def delete_account(conn: Conn, tenant: str, account_id: str) -> bool:
     return status != "DELETE 0"
 
 
-async def set_account_reconnect(conn: Conn, tenant: str, account_id: str, needs: bool) -> None:
-    """Flag (or clear) that the account's credential was rejected (no-op when absent)."""
-    await conn.execute(SET_RECONNECT, tenant, account_id, needs)
+async def set_account_reconnect(
+    conn: Conn, tenant: str, account_id: str, needs: bool, sealed: bytes | None
+) -> None:
+    """Flag (or clear) that the account's credential was rejected (no-op when absent; with
+    `sealed`, also when the account holds other credentials now)."""
+    if sealed is None:
+        await conn.execute(SET_RECONNECT, tenant, account_id, needs)
+    else:
+        await conn.execute(SET_RECONNECT_IF_HELD, tenant, account_id, needs, bytes(sealed))
 
 
 async def replace_credentials(

@@ -353,10 +353,13 @@ class PostgresStore:
         async with self._db.connection() as conn:
             return await accounts.delete_account(conn, tenant, account_id)
 
-    async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
-        """Mark an account as needing reconnection (after a 401/403) or healthy again."""
+    async def set_account_reconnect(
+        self, tenant: str, account_id: str, needs: bool, *, sealed: bytes | None = None
+    ) -> None:
+        """Mark an account as needing reconnection (after a 401/403) or healthy again (with
+        `sealed`: only while it holds those credentials)."""
         async with self._db.connection() as conn:
-            await accounts.set_account_reconnect(conn, tenant, account_id, needs)
+            await accounts.set_account_reconnect(conn, tenant, account_id, needs, sealed)
 
     async def replace_account_credentials(
         self,

@@ -28,6 +28,7 @@ FROM accounts WHERE account_id > ? ORDER BY account_id LIMIT ?
 """
 DELETE_ACCOUNT = "DELETE FROM accounts WHERE tenant = ? AND account_id = ?"
 SET_RECONNECT = "UPDATE accounts SET needs_reconnect = ? WHERE tenant = ? AND account_id = ?"
+SET_RECONNECT_IF_HELD = SET_RECONNECT + " AND sealed_credentials = ?"
 # COALESCE keeps the flag when none is given (NULL).
 REPLACE_CREDENTIALS = """
 UPDATE accounts SET sealed_credentials = ?, needs_reconnect = COALESCE(?, needs_reconnect)
@@ -86,10 +87,16 @@ def delete_account(conn: apsw.Connection, tenant: str, account_id: str) -> bool:
         return conn.changes() > 0
 
 
-def set_reconnect(conn: apsw.Connection, tenant: str, account_id: str, needs: bool) -> None:
-    """Flag or clear `needs_reconnect` (no-op for an unknown account)."""
+def set_reconnect(
+    conn: apsw.Connection, tenant: str, account_id: str, needs: bool, sealed: bytes | None
+) -> None:
+    """Flag or clear `needs_reconnect` (no-op for an unknown account; with `sealed`, also for
+    an account that holds other credentials now)."""
     with immediate(conn):
-        conn.execute(SET_RECONNECT, (int(needs), tenant, account_id))
+        if sealed is None:
+            conn.execute(SET_RECONNECT, (int(needs), tenant, account_id))
+        else:
+            conn.execute(SET_RECONNECT_IF_HELD, (int(needs), tenant, account_id, bytes(sealed)))
 
 
 def replace_credentials(

@@ -338,9 +338,14 @@ class SqliteStore:
             lambda conn: accounts.delete_account(conn, tenant, account_id)
         )
 
-    async def set_account_reconnect(self, tenant: str, account_id: str, needs: bool) -> None:
-        """Mark an account as needing reconnection (after a 401/403) or healthy again."""
-        await self._writer.run(lambda conn: accounts.set_reconnect(conn, tenant, account_id, needs))
+    async def set_account_reconnect(
+        self, tenant: str, account_id: str, needs: bool, *, sealed: bytes | None = None
+    ) -> None:
+        """Mark an account as needing reconnection (after a 401/403) or healthy again (with
+        `sealed`: only while it holds those credentials)."""
+        await self._writer.run(
+            lambda conn: accounts.set_reconnect(conn, tenant, account_id, needs, sealed)
+        )
 
     async def replace_account_credentials(
         self,
