@@ -406,8 +406,7 @@ class Store(Protocol):
         self, tenant: str, account_id: str, needs: bool, *, sealed: bytes | None = None
     ) -> None:
         """Mark an account as needing reconnection (after a 401/403) or healthy again; with
-        `sealed`, only while the account still holds those sealed credentials (a refusal of
-        credentials replaced meanwhile, by a reconnect, flags nothing)."""
+        `sealed`, only while it holds those credentials (not ones a reconnect stored since)."""
         ...
 
     async def replace_account_credentials(
