@@ -360,6 +360,35 @@ async def test_https_verifies_the_certificate(certificate: tuple[Path, Path]) ->
         await server.close()
 
 
+async def test_over_tls_a_kept_alive_connection_closed_on_arrival_is_resent_too(
+    certificate: tuple[Path, Path],
+) -> None:
+    cert, key = certificate
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(cert, key)
+    served: dict[asyncio.StreamWriter, int] = {}
+
+    async def idle_timeout(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        served[writer] = served.get(writer, 0) + 1
+        if served[writer] > 1:
+            return False  # closed unanswered (close_notify, then FIN)
+        writer.write(_json())
+        return True
+
+    server = Server(idle_timeout, server_context)
+    port = await server.start()
+    trusting = ssl.create_default_context(cafile=str(cert))
+    pool = http1.OriginPool("https", "127.0.0.1", port, ssl_context=lambda: trusting,
+                            user_agent="test/1")
+    try:
+        for _ in range(3):
+            assert (await _get(pool)).status == 200
+        assert (server.connections, len(server.requests)) == (3, 5)
+    finally:
+        pool.close()
+        await server.close()
+
+
 async def test_an_address_check_refuses_a_host_that_resolves_to_a_refused_address(
     serve: Start,
 ) -> None:
