@@ -34,6 +34,9 @@ class FakeSlack(FakeProvider):
         super().reset()
         self.messages: list[dict[str, Any]] = []
         self.files: list[dict[str, Any]] = []
+        # Past the last page: "" (the real end), "empty" (empty pages with fresh cursors
+        # without end) or "cycle" (the cursor leads back to the first page): broken paging.
+        self.runaway = ""
 
     def unauthorized(self) -> Response:
         """Slack answers auth failures with HTTP 200 and ok:false."""
@@ -109,6 +112,8 @@ class FakeSlack(FakeProvider):
         # Newest first unless a test re-scored a message (`_rank`: higher comes first).
         hits.sort(key=lambda m: (m.get("_rank", 0), float(m["message_ts"])), reverse=True)
         chunk, following = page_slice(hits, offset, limit)
+        if following is None and self.runaway:
+            following = offset + limit if self.runaway == "empty" else 0
         chunk = [{k: v for k, v in m.items() if not k.startswith("_")} for m in chunk]
         types = str(args.get("content_types", "messages"))
         files = [f for f in self.files if matches_all(terms, f["title"], f["content"])]

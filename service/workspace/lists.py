@@ -30,7 +30,7 @@ from service.workspace.providers import ProviderSpec, SearchFn
 from service.workspace.providers._common import join_messages
 from service.workspace.results import fusion_key, identity
 
-__all__ = ["PARKED_MESSAGE", "WAITING_MESSAGE", "Fusion", "ListRun", "Vote"]
+__all__ = ["MAX_IDLE_PAGES", "PARKED_MESSAGE", "WAITING_MESSAGE", "Fusion", "ListRun", "Vote"]
 
 DEADLINE_MESSAGE = ("the call's deadline ran out before this account answered; it goes "
                     "ahead of the others on the next page")
@@ -41,6 +41,13 @@ PARKED_MESSAGE = ("this query keeps its place: once the account is reconnected "
 WAITING_MESSAGE = ("not read: the account still needs to be reconnected "
                    "(UpdateAccountCredentials); this query resumes where it stopped once it is")
 MAX_RESTARTS = 5  # in a row without a result emitted in between (see ListRun.restart)
+# First-pass provider pages a list may read in a row without contributing a result: past
+# them its paging is taken as broken (a cursor that cycles, empty pages without end).
+MAX_IDLE_PAGES = 50
+ENDED_MESSAGE = ("this query failed on an earlier page of this search (that page's status "
+                 "says why) and is not read again")
+IDLE_MESSAGE = ("the provider returned {} pages in a row with nothing new (a page cursor "
+                "that cycles, or empty pages without end); stopped reading this query")
 # A list whose every read failed (5xx, a reset connection, a malformed answer, no answer to a
 # request given the whole provider request timeout or half the call's time) on this many
 # consecutive calls spanning at least GIVE_UP_SECONDS ends, FAILED: a provider that stays
@@ -97,8 +104,11 @@ class ListRun:
         self.ended = start.exhausted  # the list will never yield more
         self.wait_until = 0
         self.http: HttpClient | None = None
-        self.state: QueryState | None = QueryState.OK if start.exhausted else None
-        self.messages: list[str] = ["no more results"] if start.exhausted else []
+        self.state: QueryState | None = None
+        self.messages: list[str] = []
+        if start.exhausted:
+            self.state = QueryState.FAILED if start.failed else QueryState.OK
+            self.messages.append(ENDED_MESSAGE if start.failed else "no more results")
         self.partial = False
         self.retry_after: float | None = None
         self.total: int | None = None
@@ -219,9 +229,29 @@ class ListRun:
         if self.restarts and self.contributed == self.start.emitted and not state.exhausted:
             state = structs.replace(state, restarts=self.restarts)  # none was worth it yet
         parked = self.parked and not state.exhausted  # only while the account stays refused
-        if state.parked != parked:
-            state = structs.replace(state, parked=parked)
+        idle = 0 if state.exhausted else self._idle_pages()
+        ended_here = self.ended and not self.start.exhausted  # by a failure in this call
+        failed = state.exhausted and (self.start.failed or ended_here)
+        if (state.parked, state.idle, state.failed) != (parked, idle, failed):
+            state = structs.replace(state, parked=parked, idle=idle, failed=failed)
         return state
+
+    def _idle_pages(self) -> int:
+        """First-pass provider pages read since the list last contributed (none counted in a
+        sweep, which reads emitted results again by design, nor after a restart)."""
+        if (self.sweep is not Pass.FIRST or self.restarts > self.start.restarts
+                or self.contributed > self.start.emitted):
+            return 0
+        return self.start.idle + len(self.pages)
+
+    def stop_if_idle(self) -> None:
+        """End the list when its paging looks broken (MAX_IDLE_PAGES, FAILED)."""
+        pages = self._idle_pages()
+        if pages < MAX_IDLE_PAGES or self.ended:
+            return
+        self.ended = self.stopped = True
+        self.state = QueryState.FAILED
+        self.messages.append(IDLE_MESSAGE.format(pages))
 
     def restart(self, error: ProviderError) -> bool:
         """True when the list reads again from its first page after `error`: the provider

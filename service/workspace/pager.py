@@ -95,6 +95,8 @@ class Pager:
                 self._fusion.add(run.slot.index, votes)
         for _ in range(self._plan.max_pages):
             page, best_effort = await self._fill_page()
+            for run in self._runs:
+                run.stop_if_idle()
             resumes = [run.resume(self._fusion.emitted) for run in self._runs]
             # Lists waiting for a reconnect do not keep the pages coming by themselves.
             done = not self._fusion.candidates() and all(r.exhausted or r.parked

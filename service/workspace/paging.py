@@ -126,6 +126,12 @@ class ListState(msgspec.Struct, frozen=True):
     # again while the account is flagged NEEDS_RECONNECT; once it is reconnected
     # (UpdateAccountCredentials), a later page or the list's cursor resumes it from here.
     parked: bool = False
+    # First-pass provider pages read since the list last contributed a result: a provider
+    # whose paging never ends (a cursor cycle, empty pages without end) is stopped by it.
+    idle: int = 0
+    # An exhausted list that ended on a failure (a refused query, given up, broken paging),
+    # not at its end: later pages still report it FAILED, not "no more results".
+    failed: bool = False
 
     @property
     def at_first_page(self) -> bool:
@@ -139,7 +145,7 @@ class ListState(msgspec.Struct, frozen=True):
         wire = [self.cursor, self.offset, self.limit, int(self.exhausted), self.emitted,
                 int(self.sweep), self.wait_until]
         later = [self.failures, self.failing_since, self.behind, self.restarts,
-                 int(self.parked)]
+                 int(self.parked), self.idle, int(self.failed)]
         while len(later) > 2 and not later[-1]:
             later.pop()
         return [*wire, *later] if any(later) else wire
@@ -154,19 +160,19 @@ class ListState(msgspec.Struct, frozen=True):
         if not isinstance(value, list) or not 7 <= len(value) <= _MAX_WIRE or len(value) == 8:
             raise InvalidPageToken.field(field_name, "token is malformed")
         cursor, offset, limit, exhausted, emitted, sweep, wait_until = value[:7]
-        failures, since, behind, restarts, parked = [*value[7:12], 0, 0, 0, 0, 0][:5]
+        failures, since, behind, restarts, parked, idle, failed = [*value[7:14], *[0] * 7][:7]
         numbers = (offset, limit, emitted, sweep, wait_until, failures, since, behind, restarts,
-                   parked)
+                   parked, idle, failed)
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidPageToken.field(field_name, "token is malformed")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
             raise InvalidPageToken.field(field_name, "token is malformed")
-        if (exhausted not in (0, 1) or parked not in (0, 1) or not 1 <= limit <= 100
-                or sweep not in iter(Pass)):
+        if (exhausted not in (0, 1) or parked not in (0, 1) or failed not in (0, 1)
+                or not 1 <= limit <= 100 or sweep not in iter(Pass)):
             raise InvalidPageToken.field(field_name, "token is malformed")
         return cls(cursor, offset, limit, bool(exhausted), emitted, Pass(sweep), wait_until,
                    failures=failures, failing_since=since, behind=behind, restarts=restarts,
-                   parked=bool(parked))
+                   parked=bool(parked), idle=idle, failed=bool(failed))
 
 
 ListKey = tuple[int, str]  # (query_index, account_id): one list of a search

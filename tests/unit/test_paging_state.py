@@ -113,13 +113,13 @@ def test_a_list_state_from_a_later_version_reads_the_fields_known_here() -> None
     """Fields a later version appends are ignored, so its tokens resume here during a rolling
     upgrade (an older replica refused every token with a field it did not know)."""
     keys = _keys(1)
-    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, 2, 1, "a later field", [1, 2]]
+    later = [None, 30, 10, 0, 3, 0, 0, 2, 1_700_000_000, 1, 2, 1, 7, 0, "a later field", [1, 2]]
     token = SIGNER.sign("ws-page", BINDING, {"l": [later], "k": [[0, "acc_0"]], "e": "", "p": 4,
                                              "z": "a later key"})
     state = decode_page_token(SIGNER, BINDING, token, keys)
     assert state.lists == (ListState(None, 30, 10, False, 3, failures=2,
                                      failing_since=1_700_000_000, behind=1, restarts=2,
-                                     parked=True),)
+                                     parked=True, idle=7),)
     assert state.page_number == 4
 
 
@@ -130,6 +130,11 @@ def test_a_parked_list_travels_and_older_tokens_are_not_parked() -> None:
     assert not ListState.from_wire(ListState("c", 20, 10).to_wire(), "page_token").parked
     with pytest.raises(InvalidPageToken):
         ListState.from_wire([*parked.to_wire()[:11], 2], "page_token")
+    ended = ListState(None, 30, 10, True, 4, failed=True)
+    assert ended.to_wire()[7:] == [0, 0, 0, 0, 0, 0, 1]
+    assert ListState.from_wire(ended.to_wire(), "page_token") == ended
+    idle = ListState("c", 20, 10, idle=12)
+    assert ListState.from_wire(idle.to_wire(), "page_token") == idle
 
 
 def test_lists_resume_by_name_whatever_accounts_came_or_went() -> None:
