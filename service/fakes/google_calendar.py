@@ -10,8 +10,10 @@ from service.fakes.base import (
     FakeProvider,
     google_invalid_value,
     matches_all,
+    offset_token,
     page_slice,
     parse_when,
+    token_offset,
     words,
 )
 from service.fakes.server import Request, Response
@@ -42,6 +44,12 @@ class FakeCalendar(FakeProvider):
         """No calendars."""
         super().reset()
         self.calendars: dict[str, dict[str, Any]] = {}
+        self._epochs: dict[str, int] = {}  # calendars whose page tokens expired on their own
+
+    def expire_calendar_tokens(self, calendar_id: str) -> None:
+        """Expire the event page tokens of one calendar only (tokens expire by age: the one
+        a leg kept from an earlier page goes first)."""
+        self._epochs[calendar_id] = self._epochs.get(calendar_id, 0) + 1
 
     def unauthorized(self) -> Response:
         """Google's 401."""
@@ -144,7 +152,9 @@ class FakeCalendar(FakeProvider):
             and (not high or parse_when(_start(e)) < parse_when(high))
         ]
         hits.sort(key=lambda e: parse_when(_start(e)))
-        offset = self.page_offset(request.arg("pageToken")) if request.arg("pageToken") else 0
+        epoch = self.token_epoch + self._epochs.get(calendar["id"], 0)
+        raw = request.arg("pageToken")
+        offset = token_offset(raw, epoch) if raw else 0
         if offset is None:
             return Response.json(google_invalid_value("pageToken"), 400)
         chunk, following = page_slice(
@@ -157,5 +167,5 @@ class FakeCalendar(FakeProvider):
             "items": chunk,
         }
         if following is not None:
-            body["nextPageToken"] = self.page_token(following)
+            body["nextPageToken"] = offset_token(following, epoch)
         return Response.json(body)

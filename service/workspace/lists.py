@@ -40,6 +40,9 @@ PARKED_MESSAGE = ("this query keeps its place: once the account is reconnected "
                   "(UpdateAccountCredentials), a later page or its next_cursor resumes it")
 WAITING_MESSAGE = ("not read: the account still needs to be reconnected "
                    "(UpdateAccountCredentials); this query resumes where it stopped once it is")
+LEG_EXPIRED_MESSAGE = ("the provider no longer accepted the page token of a part of this "
+                       "query (expired); read that part again from its first page, skipping "
+                       "what was returned")
 MAX_RESTARTS = 5  # in a row without a result emitted in between (see ListRun.restart)
 # First-pass provider pages a list may read in a row without contributing a result: past
 # them its paging is taken as broken (a cursor that cycles, empty pages without end).
@@ -173,8 +176,10 @@ class ListRun:
     def provider_query(self) -> ProviderQuery:
         """The provider query for the next page of this list."""
         query = self.slot.query
+        resumed = (self.next_cursor is not None and self.next_cursor == self.start.cursor
+                   and not self.pages and self.restarts < MAX_RESTARTS)
         return ProviderQuery(query.text, query.kind, query.time_range, query.project,
-                             self.start.limit, self.next_cursor)
+                             self.start.limit, self.next_cursor, resumed)
 
     def accept(self, page: ProviderPage) -> list[Vote]:
         """Record a fetched page; returns the votes of results new to this list."""
@@ -196,6 +201,9 @@ class ListRun:
             self._voted.add(key)
         self.fetched += len(kept)
         self.read_ok = True
+        if page.restarted:  # a leg read its first page again: bounded like a restart
+            self.restarts += 1
+            self.messages.append(LEG_EXPIRED_MESSAGE)
         self.next_cursor = next_cursor
         self.exhausted = next_cursor is None
         self._settle_ok(page)

@@ -110,6 +110,9 @@ class ProviderQuery(msgspec.Struct, frozen=True):
     )
     limit: int = 10  # results wanted for this page (top_k)
     cursor: str | None = None  # the adapter's own continuation from a previous ProviderPage
+    # `cursor` is the one the list resumed this call with, so a provider may have expired
+    # the page tokens in it: a fan-out leg whose token is refused reads its first page again.
+    resumed: bool = False
 
 
 class NativeDocument(msgspec.Struct, frozen=True):
@@ -152,6 +155,7 @@ class ProviderPage(msgspec.Struct, frozen=True):
     # are usable, and the page is read again on the next page so the failed part is retried.
     complete: bool = True
     retry_after: float | None = None  # the longest wait a rate-limited part asked for
+    restarted: bool = False  # a leg's expired page token was refused: it read its first page
 
 
 _RETRYABLE_STATES = frozenset({QueryState.RATE_LIMITED, QueryState.TIMED_OUT})

@@ -20,6 +20,7 @@ from service.workspace.providers._common import (
     failed,
     gather_legs,
     join_messages,
+    resumable_leg,
     settle,
     text,
 )
@@ -120,12 +121,15 @@ async def fan_out(
     chosen = [site for site in sites if site.cloud_id in tokens]
 
     def call(site: Site) -> Callable[[], Awaitable[LegResult]]:
-        return lambda: run(site, tokens[site.cloud_id])
+        return lambda: resumable_leg(lambda token: run(site, token), tokens[site.cloud_id],
+                                     query.resumed)
 
     outcomes = await gather_legs([call(site) for site in chosen], concurrency=SITE_CONCURRENCY)
     settled = settle([(site.label, out) for site, out in zip(chosen, outcomes, strict=True)])
     page = _page(chosen, settled.legs, single, [note, *settled.messages])
-    return structs.replace(page, complete=settled.complete, retry_after=settled.retry_after)
+    restarted = any(leg.restarted for leg in settled.legs.values())
+    return structs.replace(page, complete=settled.complete, retry_after=settled.retry_after,
+                           restarted=restarted)
 
 
 def _page(

@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, TypeVar
@@ -214,6 +214,23 @@ class LegResult:
     total: int | None = None
     incomplete: bool = False
     message: str = ""
+    restarted: bool = False  # its page token was refused as expired: this is its first page
+
+
+async def resumable_leg(
+    read: Callable[[str | None], Awaitable[LegResult]], token: str | None, resumed: bool
+) -> LegResult:
+    """One leg's page from `token`; when the provider refuses a token the list resumed the
+    call with (expired: a 400 the same request will always get), the leg's first page
+    instead. What the list already emitted is skipped by identity, so nothing is lost or
+    repeated when one leg's token expired alone (a leg that failed earlier holds an older
+    token than the others)."""
+    try:
+        return await read(token)
+    except ProviderError as error:
+        if token is None or not resumed or error.state is not QueryState.FAILED or error.retryable:
+            raise
+    return replace(await read(None), restarted=True)
 
 
 async def gather_legs(

@@ -29,6 +29,7 @@ from service.workspace.providers._common import (
     gather_legs,
     join_messages,
     parse_time,
+    resumable_leg,
     rfc3339,
     settle,
     sub,
@@ -223,7 +224,10 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
     calendars = list(tokens)
 
     def call(calendar_id: str) -> Callable[[], Awaitable[LegResult]]:
-        return lambda: _calendar(http, calendar_id, query, tokens[calendar_id])
+        def read(token: str | None) -> Awaitable[LegResult]:
+            return _calendar(http, calendar_id, query, token)
+
+        return lambda: resumable_leg(read, tokens[calendar_id], query.resumed)
 
     outcomes = await gather_legs([call(c) for c in calendars], concurrency=CALENDAR_CONCURRENCY)
     settled = settle([(f"calendar {c}", out) for c, out in zip(calendars, outcomes, strict=True)])
@@ -245,4 +249,5 @@ async def search(http: HttpClient, query: ProviderQuery) -> ProviderPage:
         message=join_messages(degraded),
         complete=settled.complete,
         retry_after=settled.retry_after,
+        restarted=any(leg.restarted for leg in legs.values()),
     )

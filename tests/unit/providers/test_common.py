@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from service.workspace.providers._common import (
     make_page_cursor,
     parse_page_cursor,
     parse_time,
+    resumable_leg,
     settle,
 )
 
@@ -111,3 +113,25 @@ def test_epoch_times_are_exact_to_the_microsecond_in_every_year() -> None:
 ])
 def test_epoch_times_outside_the_calendar_or_not_numbers_are_none(value: object) -> None:
     assert from_epoch(value, millis=True) is None
+
+
+async def test_a_leg_reads_its_first_page_again_only_for_a_refused_resumed_token() -> None:
+    asked: list[str | None] = []
+
+    def reading(refuse: ProviderError) -> Callable[[str | None], Awaitable[LegResult]]:
+        async def read(token: str | None) -> LegResult:
+            asked.append(token)
+            if token is not None:
+                raise refuse
+            return LegResult((), next_token="fresh")
+        return read
+
+    expired = ProviderError(QueryState.FAILED, "Invalid Value (HTTP 400)")
+    leg = await resumable_leg(reading(expired), "old", resumed=True)
+    assert (leg.restarted, leg.next_token, asked) == (True, "fresh", ["old", None])
+    down = ProviderError(QueryState.FAILED, "HTTP 503", retryable=True)
+    for refuse, resumed in ((expired, False), (down, True)):  # fresh tokens, retryable errors
+        asked.clear()
+        with pytest.raises(ProviderError):
+            await resumable_leg(reading(refuse), "old", resumed=resumed)
+        assert asked == ["old"]
