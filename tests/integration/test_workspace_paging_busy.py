@@ -7,7 +7,7 @@ runs out while lists are still being read, an event loop that gets the CPU late.
 same guarantee (docs/semantics.md, "Paging by identity") is checked through the real
 server and the client, with every core kept busy (`stress-ng` when it is installed, else
 one spinning process per core), a short provider request timeout, faults that include
-answers later than that timeout, and
+answers later than that timeout, tokens the user revokes and reconnects 0-2 pages later, and
 calls with a deadline of their own: every result present from the first page to the last
 is emitted exactly once, none twice, and nothing that never existed. A call that runs out
 of time on the client (DEADLINE_EXCEEDED) is retried with the same page token, as a caller
@@ -25,6 +25,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,11 @@ from search_client import (
     NativeQuery,
     Provider,
     QueryState,
+    QueryStatus,
     RetryPolicy,
 )
 from service.fakes.suite import FakeProviders
+from service.workspace.model import ProviderId
 from service.workspace.results import canonical_url
 from tests.integration.paging_corpus import WORD, seeded
 from tests.support.server import running_server
@@ -81,39 +84,62 @@ def busy_machine() -> Iterator[None]:
             process.wait(timeout=30)
 
 
-async def _page(client: AsyncSearchClient, token: str, top_k: int, deadline: float | None,
-                seen: Counter[str]) -> FusedPage:
-    """One call with the caller's own deadline (seconds); statuses are counted into `seen`."""
+async def _page(client: AsyncSearchClient, queries: list[NativeQuery], token: str, top_k: int,
+                deadline: float | None, seen: Counter[str],
+                latest: dict[int, QueryStatus]) -> FusedPage:
+    """One call with the caller's own deadline (seconds); statuses are counted into `seen`,
+    and the last one of each query kept in `latest`."""
     page = None
-    async for item in client.search_workspace(QUERIES, top_k=top_k, page_token=token,
+    async for item in client.search_workspace(queries, top_k=top_k, page_token=token,
                                               timeout=deadline):
         if isinstance(item, FusedPage):
             page = item
         else:
             seen[item.state.name] += 1
             seen["partial"] += item.partial
+            latest[item.query_index] = item
     assert page is not None, "a call ended without its page"
     return page
 
 
-async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, seed: int,
-                    seen: Counter[str]) -> None:
+async def _reconnect(client: AsyncSearchClient, fakes: FakeProviders,
+                     accounts: dict[str, str], names: list[str]) -> None:
+    for name in names:
+        await client.update_account_credentials(accounts[name], fakes.of(ProviderId(name)).token)
+
+
+async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, accounts: dict[str, str],
+                    seed: int, seen: Counter[str]) -> None:
     rng = random.Random(50_000 + seed)
-    corpus = seeded(fakes, rng, slow=LATE)
+    corpus = seeded(fakes, rng, slow=LATE, revocations=True)
+    await _reconnect(client, fakes, accounts, list(accounts))  # the tokens after the reset
     top_k = rng.randrange(3, 12)
     emitted: list[str] = []
-    token = ""
+    queries, token = QUERIES, ""
+    latest: dict[int, QueryStatus] = {}
     for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
         try:
-            page = await _page(client, token, top_k, rng.choice(CALL_TIMEOUTS), seen)
+            page = await _page(client, queries, token, top_k, rng.choice(CALL_TIMEOUTS), seen,
+                               latest)
         except DeadlineExceededError:
             seen["client deadline"] += 1
             continue  # the page never arrived: ask again with the same token
         emitted.extend(canonical_url(r.url) for r in page.results)
         token = page.next_page_token
-        if not token:
+        if token:
+            if queries is QUERIES:  # the resumed lists are read as the providers now stand
+                await _reconnect(client, fakes, accounts, corpus.due())
+                corpus.change()
+            continue
+        # Lists that still wait for a reconnect go on from their cursors, in a search of
+        # their own (once).
+        await _reconnect(client, fakes, accounts, corpus.due(all_=True))
+        waiting = [replace(queries[i], cursor=s.next_cursor) for i, s in latest.items()
+                   if s.state is QueryState.NEEDS_RECONNECT and s.next_cursor]
+        if not waiting or queries is not QUERIES:
             break
-        corpus.change()
+        seen["resumed from cursors"] += 1
+        queries, latest = waiting, {}
     else:
         pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
     corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
@@ -134,11 +160,14 @@ async def test_paging_by_identity_holds_on_a_busy_machine_with_late_providers(
         running_server(tmp_path, env=env) as app,
         AsyncSearchClient(f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1)) as client,
     ):
+        accounts = {}
         for provider, fake in ((Provider.SLACK, fakes.slack), (Provider.GITHUB, fakes.github),
                                (Provider.GOOGLE_DRIVE, fakes.google_drive)):
-            await client.connect_account(provider, provider.name, fake.token)
+            account = await client.connect_account(provider, provider.name, fake.token)
+            accounts[fake.name] = account.account_id
         with busy_machine():
             for seed in range(RUNS):
-                await _run_once(client, fakes, seed, seen)
+                await _run_once(client, fakes, accounts, seed, seen)
     timed_out = seen[QueryState.TIMED_OUT.name] + seen["partial"] + seen["client deadline"]
     assert timed_out > 0, f"no request ran out of time, so nothing was tested: {dict(seen)}"
+    assert seen[QueryState.NEEDS_RECONNECT.name], f"no token was revoked: {dict(seen)}"
