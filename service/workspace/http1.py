@@ -115,16 +115,15 @@ class OriginPool:
         request = "".join(lines).encode("latin-1")
         if body:
             request += body
-        connection = await self._acquire()
         try:
-            return await connection.exchange(request, cap, method == "HEAD")
-        except Stale:
-            pass  # resent below on a new connection (the other idle ones may be stale too)
-        finally:
-            self._release(connection)
-        connection = await self._acquire(fresh=True)
+            return await self._send(request, cap, method == "HEAD", fresh=False)
+        except Stale:  # once more, on a new connection (the other idle ones may be stale too)
+            return await self._send(request, cap, method == "HEAD", fresh=True)
+
+    async def _send(self, request: bytes, cap: int, head_only: bool, *, fresh: bool) -> Answer:
+        connection = await self._acquire(fresh=fresh)
         try:
-            return await connection.exchange(request, cap, method == "HEAD")
+            return await connection.exchange(request, cap, head_only)
         finally:
             self._release(connection)
 

@@ -176,10 +176,15 @@ class ListRun:
     def provider_query(self) -> ProviderQuery:
         """The provider query for the next page of this list."""
         query = self.slot.query
-        resumed = (self.next_cursor is not None and self.next_cursor == self.start.cursor
-                   and not self.pages and self.restarts < MAX_RESTARTS)
         return ProviderQuery(query.text, query.kind, query.time_range, query.project,
-                             self.start.limit, self.next_cursor, resumed)
+                             self.start.limit, self.next_cursor, self._may_restart)
+
+    @property
+    def _may_restart(self) -> bool:
+        """The next read sends the page token the list resumed this call with (a provider
+        may have expired it since), and restarts are left (see `restart`)."""
+        return (self.next_cursor is not None and self.next_cursor == self.start.cursor
+                and not self.pages and self.restarts < MAX_RESTARTS)
 
     def accept(self, page: ProviderPage) -> list[Vote]:
         """Record a fetched page; returns the votes of results new to this list."""
@@ -271,8 +276,7 @@ class ListRun:
         in between (a provider that refuses the token at the same place again, such as a
         cap on how deep it pages, would otherwise keep the list re-reading forever)."""
         refused = error.state is QueryState.FAILED and not error.retryable
-        resumed = self.start.cursor is not None and self.next_cursor == self.start.cursor
-        if not refused or not resumed or self.pages or self.restarts >= MAX_RESTARTS:
+        if not refused or not self._may_restart:
             return False
         self.restarts += 1
         if self.sweep is Pass.LONG_SWEEP:
