@@ -4,7 +4,9 @@ The guarantee under test (docs/semantics.md, "Paging by identity"): across the p
 search, followed by page token, every result present at the provider from the first page
 to the last is emitted exactly once; no result is emitted twice; results that appear or move
 during paging may be emitted late; results deleted before they were emitted are gone; and
-the last page carries no token only when every query is exhausted.
+the last page carries no token only when every query is exhausted or waits for its
+account's reconnect (those go on from their `next_cursor`s, and what they then emit counts
+toward the same guarantee).
 
 Then a quarter as many runs page one query alone by its per-query `next_cursor`, under the
 same changes and faults, and check the same guarantee for that query's list.
