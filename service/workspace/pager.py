@@ -272,7 +272,11 @@ class Pager:
         return cards_for(searched, self._registry)
 
     def _page(self, results: Sequence[FusedResult], token: str, best_effort: bool) -> FusedPage:
-        degraded = any(r.state is not QueryState.OK or r.partial for r in self._runs)
+        # A query that reached no account (none connected, or disconnected since) is SKIPPED:
+        # the fused ranking may miss its results too.
+        degraded = bool(self._plan.unmatched) or any(
+            r.state is not QueryState.OK or r.partial for r in self._runs
+        )
         return FusedPage(
             results=tuple(results),
             next_page_token=token,

@@ -259,6 +259,7 @@ async def test_a_query_reaching_no_account_is_skipped_not_reconnect(world: World
     assert "no connected gmail account" in unmatched.message
     assert [s.query_index for s in outcome.statuses].count(0) == 1
     assert [c.provider for c in outcome.pages[0].cards] == [SLACK]
+    assert not outcome.pages[0].ranking_is_exact  # the Gmail query's results are missing
 
 
 async def test_time_ranges_are_rechecked_start_inclusive_end_exclusive(world: World) -> None:
