@@ -164,8 +164,20 @@ def _event(item: dict[str, Any], calendar_id: str, zone: str) -> NativeDocument:
         author=text(sub(item, "organizer", "email")),
         modified_at=parse_time(item.get("updated")),
         event_start_at=starts,
-        dedupe_key=f"{identity}@{starts.isoformat() if starts else text(item.get('id'))}",
+        dedupe_key=_occurrence(item, identity, zone),
     )
+
+
+def _occurrence(item: dict[str, Any], identity: str, zone: str) -> str:
+    """The event's identity in every calendar that holds it, across edits: its iCalUID, and
+    for one instance of a recurring event the start the series gave it
+    (`originalStartTime`), which moving the instance does not change. Not the current start:
+    a rescheduled event is the same result."""
+    original = item.get("originalStartTime")
+    if original is None:
+        return identity
+    instant = event_start(original, zone)
+    return f"{identity}@{instant.isoformat() if instant else text(item.get('id'))}"
 
 
 def parse_events(data: Any, calendar_id: str) -> tuple[tuple[NativeDocument, ...], str | None]:

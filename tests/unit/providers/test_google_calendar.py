@@ -61,6 +61,21 @@ def test_parse_events_drops_cancelled_and_converts_starts() -> None:
     assert all_day.event_start_at == datetime(2024, 3, 7, 23, tzinfo=UTC)
 
 
+def test_a_rescheduled_event_keeps_its_identity() -> None:
+    """An event moved between two pages is the same result (the paging guarantee: none
+    emitted twice): its identity is its iCalUID, and for an instance of a recurring event
+    the start the series gave it, not its current start."""
+    (timed, all_day), _ = calendar.parse_events(load("calendar_events"), "a")
+    data = load("calendar_events")
+    for item in data["items"]:
+        if "start" in item:
+            item["start"] = {"dateTime": "2024-04-01T15:00:00Z"}
+    (moved_timed, moved_all_day), _ = calendar.parse_events(data, "a")
+    assert moved_timed.event_start_at != timed.event_start_at
+    assert moved_timed.dedupe_key == timed.dedupe_key  # the instance of 2024-03-05
+    assert moved_all_day.dedupe_key == all_day.dedupe_key == "evt3@google.com"
+
+
 def test_dedupe_keeps_first_occurrence() -> None:
     documents, _ = calendar.parse_events(load("calendar_events"), "a")
     again, _ = calendar.parse_events(load("calendar_events"), "b")
