@@ -416,6 +416,12 @@ class Fusion:
         """Swap in a completed document (a hydrated stub)."""
         self._docs[key][list_index] = doc
 
+    def settle(self, key: str) -> None:
+        """A result that is gone (deleted since it was listed): never emitted, and counted as
+        done, so no list reads it as a candidate again."""
+        self.emitted[self._short[key]] = None
+        del self._pending[key]
+
     def take(self, key: str) -> tuple[list[rrf.Contribution], NativeDocument, int]:
         """Mark a result emitted; its votes, best document and the list of that document."""
         self.emitted[self._short[key]] = None

@@ -173,6 +173,8 @@ class ProviderError(Exception):
     `stalled`: a TIMED_OUT request that had the whole provider request timeout, or half the
     call's time (service.workspace.fanout.STALL_SHARE), and got no answer: the provider ran
     out the time, not a request whose turn came too late in the call.
+    `gone`: a result's details could not be read because the item no longer exists (deleted
+    since it was listed): the result is dropped, not emitted, and the query is not degraded.
     """
 
     def __init__(
@@ -184,10 +186,12 @@ class ProviderError(Exception):
         retryable: bool | None = None,
         refresh: bool = False,
         stalled: bool = False,
+        gone: bool = False,
     ) -> None:
         super().__init__(message)
         self.refresh = refresh
         self.stalled = stalled
+        self.gone = gone
         self.state = state
         self.message = message
         self.retry_after = retry_after

@@ -145,12 +145,13 @@ class Pager:
                 best_effort = best_effort or bool(ready)
             if not ready:
                 break
-            await self._hydrate(ready)
-            results.extend(self._take(key) for key in ready)
+            gone = await self._hydrate(ready)
+            results.extend(self._take(key) for key in ready if key not in gone)
         return results, best_effort
 
-    async def _hydrate(self, keys: Sequence[str]) -> None:
-        """Complete the stub documents of results about to be emitted, concurrently."""
+    async def _hydrate(self, keys: Sequence[str]) -> set[str]:
+        """Complete the stub documents of results about to be emitted, concurrently; returns
+        the keys of results that are gone (settled, not to be emitted)."""
         jobs = []
         for key in keys:
             list_index, doc = self._fusion.best(key)
@@ -158,14 +159,24 @@ class Pager:
             if doc.stub and run.spec.hydrate is not None and run.http is not None:
                 jobs.append((key, list_index, run, doc))
         if not jobs:
-            return
+            return set()
         done = await asyncio.gather(
             *(self._hydrate_one(key, run, doc) for key, _, run, doc in jobs)
         )
-        for (key, list_index, _, _), doc in zip(jobs, done, strict=True):
-            self._fusion.replace(key, list_index, doc)
+        gone: set[str] = set()
+        for (key, list_index, _, _), completed in zip(jobs, done, strict=True):
+            if completed is None:
+                self._fusion.settle(key)
+                gone.add(key)
+            else:
+                self._fusion.replace(key, list_index, completed)
+        return gone
 
-    async def _hydrate_one(self, key: str, run: ListRun, doc: NativeDocument) -> NativeDocument:
+    async def _hydrate_one(
+        self, key: str, run: ListRun, doc: NativeDocument
+    ) -> NativeDocument | None:
+        """The completed document; the stub itself when its read failed (the query says
+        so); None when the item is gone."""
         assert run.spec.hydrate is not None
         assert run.http is not None
         started = run.prefetched.pop(key, None)
@@ -174,6 +185,8 @@ class Pager:
         else:
             outcome = await details(run.spec.hydrate, run.http, doc)
         if isinstance(outcome, ProviderError):
+            if outcome.gone:
+                return None
             run.degrade(f"details of some results could not be read: {outcome.message}")
             return doc
         return outcome

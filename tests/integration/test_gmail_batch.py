@@ -353,6 +353,22 @@ async def test_a_deleted_message_is_dropped_from_the_fused_pages(world: World) -
     assert not status.partial
 
 
+async def test_a_stub_whose_message_was_deleted_is_not_emitted(world: World) -> None:
+    """Without a time range the list gives stubs and only results about to be emitted are
+    read; a message deleted since it was listed was emitted as a bare stub (a link to
+    nothing) and the query called partial. It is dropped, as a listed one is."""
+    account = await world.connect(GMAIL)
+    seed(world.fakes, 5)
+    world.fakes.gmail.delete_after_next_list("m3")
+    outcome = await world.search([NativeQuery(GMAIL, "budget")], top_k=10)
+    (page,) = outcome.pages
+    assert [r.title for r in page.results] == ["Budget 4", "Budget 2", "Budget 1", "Budget 0"]
+    assert not page.next_page_token
+    status = outcome.latest()[(0, account)]
+    assert status.state is QueryState.OK
+    assert not status.partial, status.message
+
+
 async def test_a_rate_limited_part_is_partial_then_returned_on_a_later_page(world: World) -> None:
     account = await world.connect(GMAIL)
     seed(world.fakes, 8)

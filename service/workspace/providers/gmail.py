@@ -409,7 +409,8 @@ async def hydrate(http: HttpClient, document: NativeDocument) -> NativeDocument:
     outcome = await read_together(http, document.id, read_metadata)
     if outcome is None:
         raise ProviderError(
-            QueryState.FAILED, "the message was deleted after it was listed", retryable=False
+            QueryState.FAILED, "the message was deleted after it was listed", retryable=False,
+            gone=True,
         )
     full = parse_message(outcome, "")
     if full.id != document.id:
