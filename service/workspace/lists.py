@@ -216,6 +216,19 @@ class ListRun:
             self._begin_sweep()
         return votes
 
+    @property
+    def unconfirmed(self) -> bool:
+        """Read to its end in this call from its first page, across several provider pages:
+        an item deleted between those pages can have moved a result onto a page already
+        read, so the end is confirmed by a sweep (`confirm_end`) once nothing else is left
+        (see `ReadPass.snapshot`)."""
+        return (self.exhausted and not self.ended and self.sweep is Pass.FIRST
+                and self.pass_start.at_first_page and len(self.pages) > 1)
+
+    def confirm_end(self) -> None:
+        """Read the list again from its first page (see `unconfirmed`)."""
+        self._begin_sweep()
+
     def _begin_sweep(self) -> None:
         """The end was reached from a later page: read again from the first page."""
         self.sweep = Pass.SWEEP

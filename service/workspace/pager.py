@@ -129,13 +129,16 @@ class Pager:
                 await self._fetch(self._widest(open_terms))
                 rounds += 1
                 continue
-            if not candidates and not open_terms and sweepers:
+            unconfirmed = [r for r in self._runs if r.unconfirmed]
+            if not candidates and not open_terms and (sweepers or unconfirmed):
                 # Nothing else left: sweep now, so this page knows whether paging is over.
                 if not self._may_fetch(rounds):
                     for run in sweepers:
                         run.cut = True
                     break
-                await self._fetch(sweepers)
+                for run in unconfirmed:
+                    run.confirm_end()
+                await self._fetch([*sweepers, *unconfirmed])
                 rounds += 1
                 continue
             if want <= 0:

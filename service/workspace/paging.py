@@ -222,6 +222,14 @@ class ReadPass(msgspec.Struct, frozen=True):
     cut: bool = False  # budget or deadline stopped the pass before its end
     ended: bool = False  # a fetch failed for good: the list ends
 
+    @property
+    def snapshot(self) -> bool:
+        """The pass is the whole list as one provider answer (its first page, the last): the
+        only reading of a list no change can have slipped into. Between two pages, even of
+        one call, items are deleted and added, and a result can move onto a page already
+        read."""
+        return self.start.at_first_page and len(self.pages) == 1
+
 
 def page_binding(tenant: str, request_fingerprint: str) -> str:
     """What a page token is bound to: the tenant and the request's fingerprint."""
@@ -417,6 +425,6 @@ def resume_state(read: ReadPass, emitted: Collection[str], contributed: int) -> 
     end = last.offset + len(last.ids)
     if not reached_end:
         return ListState(last.next_cursor, end, start.limit, False, contributed, read.sweep)
-    if read.sweep is Pass.LONG_SWEEP or start.at_first_page:
+    if read.sweep is Pass.LONG_SWEEP or read.snapshot:
         return ListState(None, end, start.limit, True, contributed, read.sweep)
     return ListState(None, 0, start.limit, False, contributed, Pass.SWEEP)

@@ -258,9 +258,9 @@ def test_resume_rereads_a_page_that_failed_in_part() -> None:
     assert resume_state(read, set("abcdef"), 6) == ListState(None, 0, 3, False, 6)
 
 
-def test_a_list_read_from_its_first_page_to_its_end_in_one_call_is_exhausted() -> None:
-    read = _read(ListState(limit=3), _page(None, 0, "abc", "p2"), _page("p2", 3, "de", None))
-    assert resume_state(read, set("abcde"), 5) == ListState(None, 5, 3, True, 5)
+def test_a_list_whose_first_page_is_its_end_is_exhausted() -> None:
+    read = _read(ListState(limit=3), _page(None, 0, "abc", None))
+    assert resume_state(read, set("abc"), 3) == ListState(None, 3, 3, True, 3)
     read = _read(ListState(limit=3), _page(None, 0, "abc", "p2"))
     assert resume_state(read, set("abc"), 3) == ListState("p2", 3, 3, False, 3)
 
@@ -268,6 +268,13 @@ def test_a_list_read_from_its_first_page_to_its_end_in_one_call_is_exhausted() -
 def test_an_end_reached_from_a_later_page_asks_for_a_sweep() -> None:
     start = ListState("p2", 3, 3, emitted=3)
     read = _read(start, _page("p2", 3, "de", None))
+    assert resume_state(read, set("abcde"), 5) == ListState(None, 0, 3, False, 5, Pass.SWEEP)
+
+
+def test_an_end_reached_on_a_second_page_of_the_same_call_asks_for_a_sweep() -> None:
+    """Between two pages, even of one call, an item can be deleted and a result move onto
+    the page already read: only a list that is one provider answer is taken whole."""
+    read = _read(ListState(limit=3), _page(None, 0, "abc", "p2"), _page("p2", 3, "de", None))
     assert resume_state(read, set("abcde"), 5) == ListState(None, 0, 3, False, 5, Pass.SWEEP)
 
 
