@@ -1,0 +1,283 @@
+"""The randomized corpus of the second paging test: the providers whose paging has more moving
+parts than one list and one token. Gmail (a list, then each listed message's details read in
+batches), Google Calendar over two calendars and Jira over two sites (one page token per leg),
+GitLab over two projects and three kinds (six legs paged by page number), and Slack searched
+through two accounts that see the same messages (one fused result per message). Items are
+tracked by a key read off their URL, with random changes and faults between pages."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from service.fakes.suite import FakeProviders
+from service.workspace.model import ProviderId
+
+WORD = "alpha"
+CALENDARS = ("primary", "team")
+SITES = (("cloud-1", "acme", "AC"), ("cloud-2", "beta", "BE"))  # cloud id, site name, key prefix
+BASE = datetime(2026, 3, 1, tzinfo=UTC)
+JQL = f'text ~ "{WORD}" ORDER BY updated DESC'
+PROJECTS = {1: "acme/app", 2: "acme/web"}
+GITLAB = "https://gitlab.example.com"
+PROVIDERS = ("gmail", "google_calendar", "jira", "gitlab", "slack")
+
+
+def result_key(url: str) -> str:
+    """The test's identity of an emitted result, read off its URL."""
+    parts = urlsplit(url)
+    if parts.hostname == "mail.google.com":
+        return "gmail:" + unquote(parts.fragment.removeprefix("all/"))
+    if parts.hostname == "calendar.google.com":
+        return "calendar:" + parse_qs(parts.query)["eid"][0]
+    if parts.hostname and parts.hostname.endswith(".atlassian.net"):
+        return "jira:" + parts.path.rsplit("/", 1)[-1]
+    if parts.hostname == "gitlab.example.com":
+        return "gitlab:" + unquote(parts.path)
+    return "slack:" + url
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _jira_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.000+0000")
+
+
+@dataclass
+class LegsCorpus:
+    """What each fake holds, by key: the test's view of the providers."""
+
+    fakes: FakeProviders
+    rng: random.Random
+    initial: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+    ever: set[str] = field(default_factory=set)
+    serial: int = 0
+    revoked: dict[str, int] = field(default_factory=dict)  # provider -> pages before reconnect
+
+    def _next(self) -> int:
+        self.serial += 1
+        return self.serial
+
+    def _when(self) -> datetime:
+        return BASE + timedelta(minutes=self.rng.randrange(60 * 24 * 60))
+
+    # ---- seeding --------------------------------------------------------------------------
+    def add_mail(self) -> None:
+        n = self._next()
+        self.fakes.gmail.add_message(f"m{n}", f"{WORD} mail {n}", f"{WORD} text {n}",
+                                     sent=self._when())
+        self.ever.add(f"gmail:m{n}")
+
+    def add_event(self) -> None:
+        n = self._next()
+        start = self._when()
+        self.fakes.google_calendar.add_event(
+            self.rng.choice(CALENDARS), f"e{n}", f"{WORD} meeting {n}", start=_iso(start),
+            end=_iso(start + timedelta(minutes=30)))
+        self.ever.add(f"calendar:e{n}")
+
+    def add_issue(self) -> None:
+        n = self._next()
+        cloud, _, prefix = self.rng.choice(SITES)
+        self.fakes.jira.add_issue(cloud, f"{prefix}-{n}", f"{WORD} issue {n}", "body",
+                                  updated=_jira_time(self._when()))
+        self.ever.add(f"jira:{prefix}-{n}")
+
+    def add_gitlab(self) -> None:
+        """An issue, merge request or file in one of two projects, anywhere in the order."""
+        n = self._next()
+        project = self.rng.choice(list(PROJECTS))
+        if self.rng.random() < 0.6:
+            self.fakes.gitlab.add_issue(project, n, f"{WORD} issue {n}", "body",
+                                        merge_request=self.rng.random() < 0.4)
+        else:
+            self.fakes.gitlab.add_blob(project, f"src/f{n}.py", f"{WORD} = {n}")
+        items = self.fakes.gitlab.items
+        item = items.pop()
+        items.insert(self.rng.randrange(len(items) + 1), item)
+        self.ever.add(self._key("gitlab", item))
+
+    def add_message(self) -> None:
+        n = self._next()
+        ts = f"{1_700_000_000 + n * 37}.{n:06d}"
+        self.fakes.slack.add_message("C1", "general", ts, f"{WORD} message {n}")
+        self.ever.add("slack:" + str(self.fakes.slack.messages[-1]["permalink"]))
+
+    def keys(self) -> set[str]:
+        """Every item the providers hold now."""
+        mail = {f"gmail:{m['id']}" for m in self.fakes.gmail.messages}
+        events = {f"calendar:{e['id']}" for c in self.fakes.google_calendar.calendars.values()
+                  for e in c["_events"]}
+        issues = {f"jira:{i['key']}" for items in self.fakes.jira.items.values() for i in items}
+        slack = {"slack:" + str(m["permalink"]) for m in self.fakes.slack.messages}
+        gitlab = {self._key("gitlab", i) for i in self.fakes.gitlab.items}
+        return mail | events | issues | slack | gitlab
+
+    def check_paged(self, emitted: Sequence[str], label: str, prefix: str = "") -> None:
+        """The guarantee over one paging (keys in emission order), over the items whose key
+        starts with `prefix`."""
+        repeated = [key for key, n in Counter(emitted).items() if n > 1]
+        assert not repeated, f"{label}: emitted twice: {repeated[:5]}"
+        present = {key for key in self.initial - self.deleted if key.startswith(prefix)}
+        missing = present - set(emitted)
+        assert not missing, f"{label}: never emitted {sorted(missing)}"
+        unknown = set(emitted) - self.ever
+        assert not unknown, f"{label}: emitted what never existed: {unknown}"
+
+    # ---- changes between pages ------------------------------------------------------------
+    def _pools(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        calendars = self.fakes.google_calendar.calendars
+        return [("gmail", self.fakes.gmail.messages),
+                *(("calendar", calendars[c]["_events"]) for c in CALENDARS),
+                *(("jira", self.fakes.jira.items[cloud]) for cloud, _, _ in SITES),
+                ("gitlab", self.fakes.gitlab.items),
+                ("slack", self.fakes.slack.messages)]
+
+    @staticmethod
+    def _key(kind: str, item: dict[str, Any]) -> str:
+        if kind == "gmail" or kind == "calendar":
+            return f"{kind}:{item['id']}"
+        if kind == "jira":
+            return f"jira:{item['key']}"
+        if kind == "gitlab":
+            if item["_scope"] in ("issues", "merge_requests"):
+                return "gitlab:" + urlsplit(item["web_url"]).path
+            return f"gitlab:/{PROJECTS[item['project_id']]}/-/blob/main/{item['path']}"
+        return "slack:" + str(item["permalink"])
+
+    def delete(self) -> None:
+        pools = [(kind, pool) for kind, pool in self._pools() if pool]
+        if not pools:
+            return
+        kind, pool = self.rng.choice(pools)
+        self.deleted.add(self._key(kind, pool.pop(self.rng.randrange(len(pool)))))
+
+    def delete_after_listing(self) -> None:
+        """A Gmail message deleted between the list that holds it and its details' read: the
+        oldest, last in the list, so the deletion, which lands while a call reads the list,
+        moves no other message onto a page that call already read (docs/semantics.md: the
+        limits of the guarantee)."""
+        if self.fakes.gmail.messages:
+            message = min(self.fakes.gmail.messages, key=lambda m: int(m["internalDate"]))
+            self.fakes.gmail.delete_after_next_list(message["id"])
+            self.deleted.add(f"gmail:{message['id']}")
+
+    def insert(self) -> None:
+        self.rng.choice([self.add_mail, self.add_event, self.add_issue, self.add_gitlab,
+                         self.add_message])()
+
+    def move(self) -> None:
+        """An item moves in its list: a mail's date, an event's start, an issue's update, a
+        GitLab item's place (its relevance)."""
+        choice = self.rng.randrange(4)
+        items = self.fakes.gitlab.items
+        if choice == 3 and items:
+            item = items.pop(self.rng.randrange(len(items)))
+            items.insert(self.rng.randrange(len(items) + 1), item)
+            return
+        if choice == 0 and self.fakes.gmail.messages:
+            message = self.rng.choice(self.fakes.gmail.messages)
+            message["internalDate"] = str(int(self._when().timestamp() * 1000))
+        elif choice == 1:
+            events = [e for c in CALENDARS
+                      for e in self.fakes.google_calendar.calendars[c]["_events"]]
+            if events:
+                start = self._when()
+                event = self.rng.choice(events)
+                event["start"] = {"dateTime": _iso(start)}
+                event["end"] = {"dateTime": _iso(start + timedelta(minutes=30))}
+        else:
+            issues = [i for cloud, _, _ in SITES for i in self.fakes.jira.items[cloud]]
+            if issues:
+                self.rng.choice(issues)["fields"]["updated"] = _jira_time(self._when())
+
+    def fault(self) -> None:
+        """Make one of the next provider requests fail, or one message's details read."""
+        if self.rng.random() < 0.3 and self.fakes.gmail.messages:
+            message = self.rng.choice(self.fakes.gmail.messages)
+            status = self.rng.choice([429, 403, 500])
+            self.fakes.gmail.fail_reads(message["id"], status, retry_after=0)
+            return
+        cloud = self.rng.choice(SITES)[0]
+        calendar = self.rng.choice(CALENDARS)
+        fake, path = self.rng.choice([
+            (self.fakes.gmail, "/gmail/v1/users/me/messages"),
+            (self.fakes.gmail, "/batch/gmail/v1"),
+            (self.fakes.google_calendar, f"/calendar/v3/calendars/{calendar}/events"),
+            (self.fakes.jira, f"/ex/jira/{cloud}/rest/api/3/search/jql"),
+            (self.fakes.gitlab, f"/api/v4/projects/{self.rng.choice(list(PROJECTS))}/search"),
+            (self.fakes.slack, "/api/assistant.search.context"),
+        ])
+        call = self.rng.randrange(1, 4)
+        kind = self.rng.randrange(4)
+        if kind == 0:
+            fake.fail_call(path, call, 429, headers={"Retry-After": "0"})
+        elif kind == 1:
+            fake.fail_call(path, call, 500)
+        elif kind == 2:
+            fake.reset_connection(path=path, times=2)
+        else:
+            fake.close_kept_alive(path=path, times=1).on_call = call
+
+    def expire(self) -> None:
+        """Expire page tokens: one calendar's alone (a leg's), or a whole provider's."""
+        choice = self.rng.randrange(4)
+        if choice == 0:
+            self.fakes.google_calendar.expire_calendar_tokens(self.rng.choice(CALENDARS))
+        else:
+            self.rng.choice([self.fakes.gmail, self.fakes.jira, self.fakes.slack,
+                             self.fakes.google_calendar]).expire_page_tokens()
+
+    def revoke(self) -> None:
+        """The user revokes one provider's token; its accounts are reconnected 0-2 pages later."""
+        name = self.rng.choice(PROVIDERS)
+        if name not in self.revoked:
+            self.fakes.of(ProviderId(name)).revoke_token()
+            self.revoked[name] = self.rng.randrange(3)
+
+    def due(self, *, all_: bool = False) -> list[str]:
+        """The revoked providers to reconnect now (every one with `all_`)."""
+        ready = [n for n, pages in self.revoked.items() if all_ or pages == 0]
+        for name in list(self.revoked):
+            if name in ready:
+                del self.revoked[name]
+            else:
+                self.revoked[name] -= 1
+        return ready
+
+    def change(self) -> None:
+        """A random handful of changes and faults."""
+        actions: list[Callable[[], None]] = [
+            self.delete, self.delete_after_listing, self.insert, self.move, self.fault,
+            self.fault, self.expire, self.revoke,
+        ]
+        for _ in range(self.rng.randrange(5)):
+            self.rng.choice(actions)()
+
+
+def seeded_legs(fakes: FakeProviders, rng: random.Random) -> LegsCorpus:
+    """Fresh fakes holding a random Gmail, Calendar (two calendars), Jira (two sites) and
+    Slack corpus."""
+    fakes.reset()
+    for calendar in CALENDARS:
+        fakes.google_calendar.add_calendar(calendar)
+    for cloud, name, _ in SITES:
+        fakes.jira.add_site(cloud, name)
+    for project, path in PROJECTS.items():
+        fakes.gitlab.add_project(project, path)
+    corpus = LegsCorpus(fakes, rng)
+    for make, low, high in ((corpus.add_mail, 0, 40), (corpus.add_event, 0, 40),
+                            (corpus.add_issue, 0, 40), (corpus.add_gitlab, 0, 40),
+                            (corpus.add_message, 0, 30)):
+        for _ in range(rng.randrange(low, high)):
+            make()
+    corpus.initial = corpus.keys()
+    return corpus

@@ -1,0 +1,147 @@
+"""Paging by identity where a list has more moving parts than one provider page and token.
+
+The guarantee of `test_workspace_paging_random.py` (docs/semantics.md, "Paging by
+identity"), checked where that test does not reach: Gmail, whose list answers hold ids and
+whose details are read in batches (a message deleted between the two, one message's read
+refused); Google Calendar over two calendars and Jira over two sites, whose lists keep one
+page token per leg (one leg's token expiring alone, one leg's request failing); GitLab over
+two projects and three kinds (six legs paged by page number, items re-ordered between
+pages); and Slack searched through two accounts that see the same messages, whose results
+are one fused result each, emitted once.
+
+Each seeded run pages a five-query search with a random `top_k`; between pages it inserts,
+deletes and moves items, fails single requests (429, 500, reset connections, kept-alive
+connections closed), fails single message reads, expires page tokens (a provider's, or one
+calendar's), and revokes a provider's token, reconnecting its accounts 0-2 pages later.
+Lists still waiting for a reconnect when the pages end go on by their `next_cursor`.
+Then a quarter as many runs page the Gmail, Calendar, Jira or GitLab query alone by its per-query
+`next_cursor` (which carries every leg's page token), under the same changes and faults.
+Runs: SEARCH_TEST_PAGING_LEGS_RUNS (default 100).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from msgspec import structs
+
+from service.fakes.suite import FakeProviders
+from service.store.sqlite import SqliteStore
+from service.workspace.model import Credentials, ProviderId, QueryState
+from service.workspace.plan import NativeQuery
+from tests.integration.paging_corpus_legs import JQL, WORD, result_key, seeded_legs
+from tests.integration.workspace_support import TENANT, World, build_world
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+RUNS = int(os.environ.get("SEARCH_TEST_PAGING_LEGS_RUNS", "100"))
+MAX_CALLS = 150  # a run that needs more calls than this never ends: a failure
+QUERIES = (NativeQuery(ProviderId.GMAIL, WORD), NativeQuery(ProviderId.GOOGLE_CALENDAR, WORD),
+           NativeQuery(ProviderId.JIRA, JQL), NativeQuery(ProviderId.GITLAB, WORD),
+           NativeQuery(ProviderId.SLACK, WORD))
+
+
+async def _reconnect(world: World, accounts: Mapping[str, Sequence[str]],
+                     names: Sequence[str]) -> None:
+    """Store each named provider's current token for its accounts."""
+    for name in names:
+        token = world.fakes.of(ProviderId(name)).token
+        for account in accounts[name]:
+            await world.accounts.replace_credentials(TENANT, account, Credentials(token))
+
+
+async def _run_once(world: World, accounts: Mapping[str, Sequence[str]], seed: int) -> None:
+    rng = random.Random(20_000 + seed)
+    corpus = seeded_legs(world.fakes, rng)
+    await _reconnect(world, accounts, list(accounts))  # the fakes' tokens after their reset
+    top_k = rng.randrange(3, 12)
+    emitted: list[str] = []
+    token = ""
+    calls = 0
+    for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
+        outcome = await world.search(QUERIES, top_k=top_k, page_token=token)
+        (page,) = outcome.pages
+        emitted.extend(result_key(r.url) for r in page.results)
+        token = page.next_page_token
+        if not token:
+            break
+        await _reconnect(world, accounts, corpus.due())
+        corpus.change()
+    else:
+        pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
+    await _reconnect(world, accounts, corpus.due(all_=True))
+    waiting = {index: status.next_cursor
+               for (index, _), status in outcome.latest().items()
+               if status.state is QueryState.NEEDS_RECONNECT and status.next_cursor}
+    token = ""
+    resumed_queries = [structs.replace(QUERIES[i], cursor=c) for i, c in waiting.items()]
+    for _ in range(MAX_CALLS if waiting else 0):
+        resumed = await world.search(resumed_queries, top_k=top_k, page_token=token)
+        (page,) = resumed.pages
+        emitted.extend(result_key(r.url) for r in page.results)
+        token = page.next_page_token
+        if not token:
+            break
+    assert not token, f"seed {seed}: the resumed lists did not end"
+    corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
+
+
+CURSOR_RUNS = max(1, RUNS // 4)
+ONE_LIST = {  # provider -> the key prefix of its results
+    ProviderId.GMAIL: "gmail:", ProviderId.GOOGLE_CALENDAR: "calendar:", ProviderId.JIRA: "jira:",
+    ProviderId.GITLAB: "gitlab:",
+}
+
+
+async def _run_cursor_once(world: World, accounts: Mapping[str, Sequence[str]], seed: int) -> None:
+    """One query paged alone by its `next_cursor`, under the same changes and faults."""
+    rng = random.Random(30_000 + seed)
+    corpus = seeded_legs(world.fakes, rng)
+    await _reconnect(world, accounts, list(accounts))
+    provider = list(ONE_LIST)[seed % len(ONE_LIST)]
+    (query,) = [q for q in QUERIES if q.provider is provider]
+    top_k = rng.randrange(3, 12)
+    emitted: list[str] = []
+    cursor = ""
+    for _ in range(MAX_CALLS):
+        outcome = await world.search([structs.replace(query, cursor=cursor)], top_k=top_k)
+        (page,) = outcome.pages
+        emitted.extend(result_key(r.url) for r in page.results)
+        (status,) = outcome.latest().values()
+        cursor = status.next_cursor
+        if not cursor:
+            break
+        await _reconnect(world, accounts, corpus.due())
+        corpus.change()
+    else:
+        pytest.fail(f"cursor seed {seed}: paging did not end within {MAX_CALLS} calls")
+    prefix = ONE_LIST[provider]
+    corpus.check_paged([k for k in emitted if k.startswith(prefix)],
+                       f"cursor seed {seed} ({provider.value}, top_k {top_k})", prefix)
+
+
+async def test_paging_by_identity_holds_over_legs_batches_and_shared_accounts(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    store = SqliteStore(tmp_path / "search.sqlite3", None)
+    await store.open()
+    try:
+        world = build_world(fakes, store)
+        accounts = {
+            "gmail": [await world.connect(ProviderId.GMAIL)],
+            "google_calendar": [await world.connect(ProviderId.GOOGLE_CALENDAR)],
+            "jira": [await world.connect(ProviderId.JIRA)],
+            "gitlab": [await world.connect(ProviderId.GITLAB)],
+            "slack": [await world.connect(ProviderId.SLACK, "one"),
+                      await world.connect(ProviderId.SLACK, "two")],
+        }
+        for seed in range(RUNS):
+            await _run_once(world, accounts, seed)
+        for seed in range(CURSOR_RUNS):
+            await _run_cursor_once(world, accounts, seed)
+    finally:
+        await store.close()
