@@ -123,14 +123,16 @@ class Pager:
                 r.slot.index: rrf.term(r.fetched + 1, self._k)
                 for r in self._runs if r.fetchable and not r.sweeping
             }
-            sweepers = [r for r in self._runs if r.fetchable and r.sweeping]
             ready = rrf.ready_keys(candidates, open_terms, want) if want > 0 else []
             if want > 0 and not ready and open_terms and self._may_fetch(rounds):
                 await self._fetch(self._widest(open_terms))
                 rounds += 1
                 continue
-            unconfirmed = [r for r in self._runs if r.unconfirmed]
-            if not candidates and not open_terms and (sweepers or unconfirmed):
+            sweepers = unconfirmed = []
+            if not candidates and not open_terms:
+                sweepers = [r for r in self._runs if r.fetchable and r.sweeping]
+                unconfirmed = [r for r in self._runs if r.unconfirmed]
+            if sweepers or unconfirmed:
                 # Nothing else left: sweep now, so this page knows whether paging is over.
                 if not self._may_fetch(rounds):
                     for run in sweepers:

@@ -1,6 +1,7 @@
 """The randomized corpus of the second paging test: the providers whose paging has more moving
 parts than one list and one token. Gmail (a list, then each listed message's details read in
-batches), Google Calendar over two calendars and Jira over two sites (one page token per leg),
+batches), Google Calendar over two calendars, Jira and Confluence over two sites each (one page
+token per leg),
 GitLab over two projects and three kinds (six legs paged by page number), and Slack searched
 through two accounts that see the same messages (one fused result per message). Items are
 tracked by a key read off their URL, with random changes and faults between pages."""
@@ -23,9 +24,10 @@ CALENDARS = ("primary", "team")
 SITES = (("cloud-1", "acme", "AC"), ("cloud-2", "beta", "BE"))  # cloud id, site name, key prefix
 BASE = datetime(2026, 3, 1, tzinfo=UTC)
 JQL = f'text ~ "{WORD}" ORDER BY updated DESC'
+CQL = f'text ~ "{WORD}"'
 PROJECTS = {1: "acme/app", 2: "acme/web"}
 GITLAB = "https://gitlab.example.com"
-PROVIDERS = ("gmail", "google_calendar", "jira", "gitlab", "slack")
+PROVIDERS = ("gmail", "google_calendar", "jira", "confluence", "gitlab", "slack")
 
 
 def result_key(url: str) -> str:
@@ -36,7 +38,8 @@ def result_key(url: str) -> str:
     if parts.hostname == "calendar.google.com":
         return "calendar:" + parse_qs(parts.query)["eid"][0]
     if parts.hostname and parts.hostname.endswith(".atlassian.net"):
-        return "jira:" + parts.path.rsplit("/", 1)[-1]
+        product = "confluence:" if parts.path.startswith("/wiki/") else "jira:"
+        return product + parts.path.rsplit("/", 1)[-1]
     if parts.hostname == "gitlab.example.com":
         return "gitlab:" + unquote(parts.path)
     return "slack:" + url
@@ -60,6 +63,7 @@ class LegsCorpus:
     deleted: set[str] = field(default_factory=set)
     ever: set[str] = field(default_factory=set)
     serial: int = 0
+    slow: float = 0.0  # > 0: a fault may also answer this many seconds late
     revoked: dict[str, int] = field(default_factory=dict)  # provider -> pages before reconnect
 
     def _next(self) -> int:
@@ -91,6 +95,15 @@ class LegsCorpus:
                                   updated=_jira_time(self._when()))
         self.ever.add(f"jira:{prefix}-{n}")
 
+    def add_page(self) -> None:
+        """A Confluence page in one of two sites, anywhere in the order."""
+        n = self._next()
+        cloud = self.rng.choice(SITES)[0]
+        self.fakes.confluence.add_content(cloud, f"c{n}", f"{WORD} page {n}", f"{WORD} text")
+        items = self.fakes.confluence.items[cloud]
+        items.insert(self.rng.randrange(len(items)), items.pop())
+        self.ever.add(f"confluence:c{n}")
+
     def add_gitlab(self) -> None:
         """An issue, merge request or file in one of two projects, anywhere in the order."""
         n = self._next()
@@ -119,7 +132,9 @@ class LegsCorpus:
         issues = {f"jira:{i['key']}" for items in self.fakes.jira.items.values() for i in items}
         slack = {"slack:" + str(m["permalink"]) for m in self.fakes.slack.messages}
         gitlab = {self._key("gitlab", i) for i in self.fakes.gitlab.items}
-        return mail | events | issues | slack | gitlab
+        pages = {self._key("confluence", i) for items in self.fakes.confluence.items.values()
+                 for i in items}
+        return mail | events | issues | slack | gitlab | pages
 
     def check_paged(self, emitted: Sequence[str], label: str, prefix: str = "") -> None:
         """The guarantee over one paging (keys in emission order), over the items whose key
@@ -139,6 +154,7 @@ class LegsCorpus:
                 *(("calendar", calendars[c]["_events"]) for c in CALENDARS),
                 *(("jira", self.fakes.jira.items[cloud]) for cloud, _, _ in SITES),
                 ("gitlab", self.fakes.gitlab.items),
+                *(("confluence", self.fakes.confluence.items[cloud]) for cloud, _, _ in SITES),
                 ("slack", self.fakes.slack.messages)]
 
     @staticmethod
@@ -147,9 +163,11 @@ class LegsCorpus:
             return f"{kind}:{item['id']}"
         if kind == "jira":
             return f"jira:{item['key']}"
+        if kind == "confluence":
+            return f"confluence:{item['content']['id']}"
         if kind == "gitlab":
             if item["_scope"] in ("issues", "merge_requests"):
-                return "gitlab:" + urlsplit(item["web_url"]).path
+                return "gitlab:" + urlsplit(str(item["web_url"])).path
             return f"gitlab:/{PROJECTS[item['project_id']]}/-/blob/main/{item['path']}"
         return "slack:" + str(item["permalink"])
 
@@ -172,14 +190,15 @@ class LegsCorpus:
 
     def insert(self) -> None:
         self.rng.choice([self.add_mail, self.add_event, self.add_issue, self.add_gitlab,
-                         self.add_message])()
+                         self.add_page, self.add_message])()
 
     def move(self) -> None:
         """An item moves in its list: a mail's date, an event's start, an issue's update, a
-        GitLab item's place (its relevance)."""
-        choice = self.rng.randrange(4)
-        items = self.fakes.gitlab.items
-        if choice == 3 and items:
+        GitLab item's or a Confluence page's place (its relevance)."""
+        choice = self.rng.randrange(5)
+        items = (self.fakes.gitlab.items if choice == 3
+                 else self.fakes.confluence.items[self.rng.choice(SITES)[0]])
+        if choice >= 3 and items:
             item = items.pop(self.rng.randrange(len(items)))
             items.insert(self.rng.randrange(len(items) + 1), item)
             return
@@ -214,11 +233,14 @@ class LegsCorpus:
             (self.fakes.google_calendar, f"/calendar/v3/calendars/{calendar}/events"),
             (self.fakes.jira, f"/ex/jira/{cloud}/rest/api/3/search/jql"),
             (self.fakes.gitlab, f"/api/v4/projects/{self.rng.choice(list(PROJECTS))}/search"),
+            (self.fakes.confluence, f"/ex/confluence/{cloud}/wiki/rest/api/search"),
             (self.fakes.slack, "/api/assistant.search.context"),
         ])
         call = self.rng.randrange(1, 4)
-        kind = self.rng.randrange(4)
-        if kind == 0:
+        kind = self.rng.randrange(5 if self.slow else 4)
+        if kind == 4:
+            fake.slow(self.slow, path=path, times=1).on_call = call
+        elif kind == 0:
             fake.fail_call(path, call, 429, headers={"Retry-After": "0"})
         elif kind == 1:
             fake.fail_call(path, call, 500)
@@ -233,8 +255,8 @@ class LegsCorpus:
         if choice == 0:
             self.fakes.google_calendar.expire_calendar_tokens(self.rng.choice(CALENDARS))
         else:
-            self.rng.choice([self.fakes.gmail, self.fakes.jira, self.fakes.slack,
-                             self.fakes.google_calendar]).expire_page_tokens()
+            self.rng.choice([self.fakes.gmail, self.fakes.jira, self.fakes.confluence,
+                             self.fakes.slack, self.fakes.google_calendar]).expire_page_tokens()
 
     def revoke(self) -> None:
         """The user revokes one provider's token; its accounts are reconnected 0-2 pages later."""
@@ -263,19 +285,22 @@ class LegsCorpus:
             self.rng.choice(actions)()
 
 
-def seeded_legs(fakes: FakeProviders, rng: random.Random) -> LegsCorpus:
-    """Fresh fakes holding a random Gmail, Calendar (two calendars), Jira (two sites) and
-    Slack corpus."""
+def seeded_legs(fakes: FakeProviders, rng: random.Random, *, slow: float = 0.0) -> LegsCorpus:
+    """Fresh fakes holding a random Gmail, Calendar (two calendars), Jira and Confluence (two
+    sites each), GitLab (two projects) and Slack corpus; `slow` > 0 adds answers that late to
+    the faults."""
     fakes.reset()
     for calendar in CALENDARS:
         fakes.google_calendar.add_calendar(calendar)
     for cloud, name, _ in SITES:
         fakes.jira.add_site(cloud, name)
+        fakes.confluence.add_site(cloud, name)
     for project, path in PROJECTS.items():
         fakes.gitlab.add_project(project, path)
-    corpus = LegsCorpus(fakes, rng)
+    corpus = LegsCorpus(fakes, rng, slow=slow)
     for make, low, high in ((corpus.add_mail, 0, 40), (corpus.add_event, 0, 40),
                             (corpus.add_issue, 0, 40), (corpus.add_gitlab, 0, 40),
+                            (corpus.add_page, 0, 40),
                             (corpus.add_message, 0, 30)):
         for _ in range(rng.randrange(low, high)):
             make()

@@ -12,7 +12,9 @@ calls with a deadline of their own: every result present from the first page to 
 is emitted exactly once, none twice, and nothing that never existed. A call that runs out
 of time on the client (DEADLINE_EXCEEDED) is retried with the same page token, as a caller
 would. The run must have met timeouts (a TIMED_OUT or partial status), else it proved
-nothing. Runs: SEARCH_TEST_BUSY_PAGING_RUNS (default 16).
+nothing. Then the same over the corpus of test_workspace_paging_random_legs.py (Gmail's
+batched details, Calendar, Jira and Confluence legs, GitLab's six legs, Slack through two
+accounts). Runs: SEARCH_TEST_BUSY_PAGING_RUNS (default 16 of each).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +47,7 @@ from service.fakes.suite import FakeProviders
 from service.workspace.model import ProviderId
 from service.workspace.results import canonical_url
 from tests.integration.paging_corpus import WORD, seeded
+from tests.integration.paging_corpus_legs import CQL, JQL, result_key, seeded_legs
 from tests.support.server import running_server
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -59,6 +63,41 @@ QUERIES = [
     NativeQuery(Provider.GOOGLE_DRIVE, WORD),
     NativeQuery(Provider.SLACK, f"{WORD} message"),
 ]
+LEGS_QUERIES = [
+    NativeQuery(Provider.GMAIL, WORD),
+    NativeQuery(Provider.GOOGLE_CALENDAR, WORD),
+    NativeQuery(Provider.JIRA, JQL),
+    NativeQuery(Provider.CONFLUENCE, CQL),
+    NativeQuery(Provider.GITLAB, WORD),
+    NativeQuery(Provider.SLACK, WORD),
+]
+
+
+@dataclass(frozen=True)
+class Mix:
+    """One randomized corpus: its queries, how it is seeded, how a result is known, and the
+    accounts it searches (provider, display name)."""
+
+    queries: list[NativeQuery]
+    seed: Callable[[FakeProviders, random.Random], Any]
+    key: Callable[[str], str]
+    accounts: Sequence[tuple[Provider, str]]
+
+
+MIXES = {
+    "slack-github-drive": Mix(
+        QUERIES, lambda fakes, rng: seeded(fakes, rng, slow=LATE, revocations=True),
+        canonical_url,
+        [(Provider.SLACK, "slack"), (Provider.GITHUB, "github"),
+         (Provider.GOOGLE_DRIVE, "drive")],
+    ),
+    "legs": Mix(
+        LEGS_QUERIES, lambda fakes, rng: seeded_legs(fakes, rng, slow=LATE), result_key,
+        [(Provider.GMAIL, "gmail"), (Provider.GOOGLE_CALENDAR, "calendar"),
+         (Provider.JIRA, "jira"), (Provider.CONFLUENCE, "confluence"),
+         (Provider.GITLAB, "gitlab"), (Provider.SLACK, "one"), (Provider.SLACK, "two")],
+    ),
+}
 
 
 @contextmanager
@@ -103,19 +142,20 @@ async def _page(client: AsyncSearchClient, queries: list[NativeQuery], token: st
 
 
 async def _reconnect(client: AsyncSearchClient, fakes: FakeProviders,
-                     accounts: dict[str, str], names: list[str]) -> None:
+                     accounts: Mapping[str, Sequence[str]], names: list[str]) -> None:
     for name in names:
-        await client.update_account_credentials(accounts[name], fakes.of(ProviderId(name)).token)
+        for account in accounts[name]:
+            await client.update_account_credentials(account, fakes.of(ProviderId(name)).token)
 
 
-async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, accounts: dict[str, str],
-                    seed: int, seen: Counter[str]) -> None:
+async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, mix: Mix,
+                    accounts: Mapping[str, Sequence[str]], seed: int, seen: Counter[str]) -> None:
     rng = random.Random(50_000 + seed)
-    corpus = seeded(fakes, rng, slow=LATE, revocations=True)
+    corpus = mix.seed(fakes, rng)
     await _reconnect(client, fakes, accounts, list(accounts))  # the tokens after the reset
     top_k = rng.randrange(3, 12)
     emitted: list[str] = []
-    queries, token = QUERIES, ""
+    queries, token = mix.queries, ""
     latest: dict[int, QueryStatus] = {}
     for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
         try:
@@ -124,10 +164,10 @@ async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, accounts: d
         except DeadlineExceededError:
             seen["client deadline"] += 1
             continue  # the page never arrived: ask again with the same token
-        emitted.extend(canonical_url(r.url) for r in page.results)
+        emitted.extend(mix.key(r.url) for r in page.results)
         token = page.next_page_token
         if token:
-            if queries is QUERIES:  # the resumed lists are read as the providers now stand
+            if queries is mix.queries:  # the resumed lists are read as the providers now stand
                 await _reconnect(client, fakes, accounts, corpus.due())
                 corpus.change()
             continue
@@ -136,7 +176,7 @@ async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, accounts: d
         await _reconnect(client, fakes, accounts, corpus.due(all_=True))
         waiting = [replace(queries[i], cursor=s.next_cursor) for i, s in latest.items()
                    if s.state is QueryState.NEEDS_RECONNECT and s.next_cursor]
-        if not waiting or queries is not QUERIES:
+        if not waiting or queries is not mix.queries:
             break
         seen["resumed from cursors"] += 1
         queries, latest = waiting, {}
@@ -145,8 +185,9 @@ async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, accounts: d
     corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
 
 
+@pytest.mark.parametrize("mix", list(MIXES))
 async def test_paging_by_identity_holds_on_a_busy_machine_with_late_providers(
-    fakes: FakeProviders, tmp_path: Path
+    fakes: FakeProviders, tmp_path: Path, mix: str
 ) -> None:
     env = {
         "SEARCH_ALLOW_PRIVATE_BASE_URLS": "true",
@@ -160,14 +201,14 @@ async def test_paging_by_identity_holds_on_a_busy_machine_with_late_providers(
         running_server(tmp_path, env=env) as app,
         AsyncSearchClient(f"127.0.0.1:{app.port}", retry=RetryPolicy(max_attempts=1)) as client,
     ):
-        accounts = {}
-        for provider, fake in ((Provider.SLACK, fakes.slack), (Provider.GITHUB, fakes.github),
-                               (Provider.GOOGLE_DRIVE, fakes.google_drive)):
-            account = await client.connect_account(provider, provider.name, fake.token)
-            accounts[fake.name] = account.account_id
+        accounts: dict[str, list[str]] = {}
+        for provider, name in MIXES[mix].accounts:
+            fake = fakes.of(ProviderId(provider.value))
+            account = await client.connect_account(provider, name, fake.token)
+            accounts.setdefault(fake.name, []).append(account.account_id)
         with busy_machine():
             for seed in range(RUNS):
-                await _run_once(client, fakes, accounts, seed, seen)
+                await _run_once(client, fakes, MIXES[mix], accounts, seed, seen)
     timed_out = seen[QueryState.TIMED_OUT.name] + seen["partial"] + seen["client deadline"]
     assert timed_out > 0, f"no request ran out of time, so nothing was tested: {dict(seen)}"
     assert seen[QueryState.NEEDS_RECONNECT.name], f"no token was revoked: {dict(seen)}"

@@ -3,20 +3,20 @@
 The guarantee of `test_workspace_paging_random.py` (docs/semantics.md, "Paging by
 identity"), checked where that test does not reach: Gmail, whose list answers hold ids and
 whose details are read in batches (a message deleted between the two, one message's read
-refused); Google Calendar over two calendars and Jira over two sites, whose lists keep one
-page token per leg (one leg's token expiring alone, one leg's request failing); GitLab over
-two projects and three kinds (six legs paged by page number, items re-ordered between
-pages); and Slack searched through two accounts that see the same messages, whose results
-are one fused result each, emitted once.
+refused); Google Calendar over two calendars, Jira and Confluence over two sites each, whose
+lists keep one page token per leg (one leg's token expiring alone, one leg's request
+failing); GitLab over two projects and three kinds (six legs paged by page number, items
+re-ordered between pages); and Slack searched through two accounts that see the same
+messages, whose results are one fused result each, emitted once.
 
-Each seeded run pages a five-query search with a random `top_k`; between pages it inserts,
+Each seeded run pages a six-query search with a random `top_k`; between pages it inserts,
 deletes and moves items, fails single requests (429, 500, reset connections, kept-alive
 connections closed), fails single message reads, expires page tokens (a provider's, or one
 calendar's), and revokes a provider's token, reconnecting its accounts 0-2 pages later.
 Lists still waiting for a reconnect when the pages end go on by their `next_cursor`.
-Then a quarter as many runs page the Gmail, Calendar, Jira or GitLab query alone by its per-query
-`next_cursor` (which carries every leg's page token), under the same changes and faults.
-Runs: SEARCH_TEST_PAGING_LEGS_RUNS (default 100).
+Then a quarter as many runs page the Gmail, Calendar, Jira, Confluence or GitLab query alone
+by its `next_cursor` (which carries every leg's page token), under the same changes and
+faults. Runs: SEARCH_TEST_PAGING_LEGS_RUNS (default 100).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
 from service.workspace.model import Credentials, ProviderId, QueryState
 from service.workspace.plan import NativeQuery
-from tests.integration.paging_corpus_legs import JQL, WORD, result_key, seeded_legs
+from tests.integration.paging_corpus_legs import CQL, JQL, WORD, result_key, seeded_legs
 from tests.integration.workspace_support import TENANT, World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -41,7 +41,8 @@ pytest_plugins = ["tests.fakes.fixtures"]
 RUNS = int(os.environ.get("SEARCH_TEST_PAGING_LEGS_RUNS", "100"))
 MAX_CALLS = 150  # a run that needs more calls than this never ends: a failure
 QUERIES = (NativeQuery(ProviderId.GMAIL, WORD), NativeQuery(ProviderId.GOOGLE_CALENDAR, WORD),
-           NativeQuery(ProviderId.JIRA, JQL), NativeQuery(ProviderId.GITLAB, WORD),
+           NativeQuery(ProviderId.JIRA, JQL), NativeQuery(ProviderId.CONFLUENCE, CQL),
+           NativeQuery(ProviderId.GITLAB, WORD),
            NativeQuery(ProviderId.SLACK, WORD))
 
 
@@ -93,7 +94,7 @@ async def _run_once(world: World, accounts: Mapping[str, Sequence[str]], seed: i
 CURSOR_RUNS = max(1, RUNS // 4)
 ONE_LIST = {  # provider -> the key prefix of its results
     ProviderId.GMAIL: "gmail:", ProviderId.GOOGLE_CALENDAR: "calendar:", ProviderId.JIRA: "jira:",
-    ProviderId.GITLAB: "gitlab:",
+    ProviderId.GITLAB: "gitlab:", ProviderId.CONFLUENCE: "confluence:",
 }
 
 
@@ -135,6 +136,7 @@ async def test_paging_by_identity_holds_over_legs_batches_and_shared_accounts(
             "gmail": [await world.connect(ProviderId.GMAIL)],
             "google_calendar": [await world.connect(ProviderId.GOOGLE_CALENDAR)],
             "jira": [await world.connect(ProviderId.JIRA)],
+            "confluence": [await world.connect(ProviderId.CONFLUENCE)],
             "gitlab": [await world.connect(ProviderId.GITLAB)],
             "slack": [await world.connect(ProviderId.SLACK, "one"),
                       await world.connect(ProviderId.SLACK, "two")],
