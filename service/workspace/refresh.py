@@ -34,6 +34,7 @@ from service.workspace.oauth import (
     FAMILY_OF,
     OAuthClient,
     TokenGrant,
+    TokenRequest,
     build_refresh,
     parse_refresh,
 )
@@ -283,28 +284,46 @@ class TokenRefresher:
 
     async def _exchange(self, client: OAuthClient, refresh_token: str) -> TokenGrant:
         request = build_refresh(client, refresh_token)
-        http = self._client()
         title = client.family.value
         try:
-            async with http.stream(
-                "POST", request.url, content=request.body, headers=dict(request.headers)
-            ) as response:
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_TOKEN_RESPONSE:
-                        break
-                status, headers = response.status_code, response.headers
+            try:
+                status, headers, body = await self._post(request)
+            except _Unanswered:
+                # A kept-alive connection the endpoint closed as the request went out: sent
+                # once more, on a new connection. Resending cannot cost a grant: the tokens of
+                # a grant that was never answered are lost either way.
+                status, headers, body = await self._post(request)
         except httpx.TimeoutException:
             raise _transient(f"the {title} token endpoint timed out") from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, _Unanswered) as exc:
+            cause = exc.__cause__ if isinstance(exc, _Unanswered) else exc
             raise _transient(
-                f"could not reach the {title} token endpoint ({type(exc).__name__})"
+                f"could not reach the {title} token endpoint ({type(cause).__name__})"
             ) from None
         return parse_refresh(
             client.family, status, headers, bytes(body), refresh_token=refresh_token,
             now=datetime.now(UTC), secrets=(client.client_secret,),
         )
+
+    async def _post(self, request: TokenRequest) -> tuple[int, httpx.Headers, bytes]:
+        """One POST to the token endpoint: status, headers and body (bounded). Raises
+        _Unanswered when the connection ended before the answer began."""
+        answered = False
+        try:
+            async with self._client().stream(
+                "POST", request.url, content=request.body, headers=dict(request.headers)
+            ) as response:
+                answered = True
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_TOKEN_RESPONSE:
+                        break
+                return response.status_code, response.headers, bytes(body)
+        except _UNANSWERED as exc:
+            if answered:
+                raise
+            raise _Unanswered from exc
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
@@ -313,6 +332,14 @@ class TokenRefresher:
                 transport=self._transport,
             )
         return self._http
+
+
+# What a connection that ended before the token endpoint answered raises.
+_UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class _Unanswered(Exception):
+    """The connection ended before the token endpoint began its answer (its cause says how)."""
 
 
 def _transient(message: str) -> ProviderError:

@@ -214,6 +214,36 @@ async def test_token_endpoint_503_keeps_the_account_connected(
                       issuer.client_secret)
 
 
+async def test_a_kept_alive_connection_the_token_endpoint_closed_is_sent_once_more(
+    fakes: FakeProviders, tmp_path: Path
+) -> None:
+    """The token endpoint, like any HTTP/1.1 server, may close an idle kept-alive connection
+    just as a refresh goes out on it. The refresh failed ("could not reach the token
+    endpoint"), and so did the query, though the endpoint was fine; it is sent once more on a
+    new connection, as the provider client does (a connection that ended before any answer
+    began, and only once)."""
+    issuer = fakes.issuer(ProviderId.GOOGLE_DRIVE)
+    grant = issuer.grant()
+    fakes.google_drive.add_file("f1", "plan.doc")
+    async with serving(fakes, tmp_path, Metrics()) as client:
+        await connect(client, DRIVE, grant, expires=grant.expires_at)
+        issuer.expire_all()
+        first, _ = await client.run(pb.SearchWorkspaceRequest(queries=[DRIVE_QUERY]))
+        assert [s.state for s in first] == [pb.QUERY_STATE_OK]  # the connection is kept alive
+        issuer.expire_all()
+        issuer.close_kept_alive(times=1)
+        second, pages = await client.run(pb.SearchWorkspaceRequest(queries=[DRIVE_QUERY]))
+        assert [(s.state, s.message) for s in second] == [(pb.QUERY_STATE_OK, "")]
+        assert [r.title for r in pages[0].results] == ["plan.doc"]
+        assert issuer.refreshes == 2
+        issuer.expire_all()
+        issuer.reset_connection(times=3)  # the new connection ends unanswered too: no third
+        third, _ = await client.run(pb.SearchWorkspaceRequest(queries=[DRIVE_QUERY]))
+        assert [s.state for s in third] == [pb.QUERY_STATE_FAILED]
+        assert "could not reach the google token endpoint" in third[0].message
+        assert issuer.requests[issuer.path] == 5  # 1; the closed one and its resend; 2
+
+
 async def test_token_endpoint_429_is_rate_limited_with_its_wait(
     fakes: FakeProviders, tmp_path: Path
 ) -> None:
