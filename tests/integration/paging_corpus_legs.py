@@ -17,12 +17,14 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from service.fakes.suite import FakeProviders
+from service.timerange import TimeRange
 from service.workspace.model import ProviderId
 
 WORD = "alpha"
 CALENDARS = ("primary", "team")
 SITES = (("cloud-1", "acme", "AC"), ("cloud-2", "beta", "BE"))  # cloud id, site name, key prefix
 BASE = datetime(2026, 3, 1, tzinfo=UTC)
+WINDOW = TimeRange(BASE - timedelta(days=1), BASE + timedelta(days=61))  # holds every date
 JQL = f'text ~ "{WORD}" ORDER BY updated DESC'
 CQL = f'text ~ "{WORD}"'
 PROJECTS = {1: "acme/app", 2: "acme/web"}

@@ -9,7 +9,8 @@ failing); GitLab over two projects and three kinds (six legs paged by page numbe
 re-ordered between pages); and Slack searched through two accounts that see the same
 messages, whose results are one fused result each, emitted once.
 
-Each seeded run pages a six-query search with a random `top_k`; between pages it inserts,
+Each seeded run pages a seven-query search (Gmail twice: with a time range too, which reads
+every listed message's details with its page) with a random `top_k`; between pages it inserts,
 deletes and moves items, fails single requests (429, 500, reset connections, kept-alive
 connections closed), fails single message reads, expires page tokens (a provider's, or one
 calendar's), and revokes a provider's token, reconnecting its accounts 0-2 pages later.
@@ -33,7 +34,14 @@ from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
 from service.workspace.model import Credentials, ProviderId, QueryState
 from service.workspace.plan import NativeQuery
-from tests.integration.paging_corpus_legs import CQL, JQL, WORD, result_key, seeded_legs
+from tests.integration.paging_corpus_legs import (
+    CQL,
+    JQL,
+    WINDOW,
+    WORD,
+    result_key,
+    seeded_legs,
+)
 from tests.integration.workspace_support import TENANT, World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -42,8 +50,10 @@ RUNS = int(os.environ.get("SEARCH_TEST_PAGING_LEGS_RUNS", "100"))
 MAX_CALLS = 150  # a run that needs more calls than this never ends: a failure
 QUERIES = (NativeQuery(ProviderId.GMAIL, WORD), NativeQuery(ProviderId.GOOGLE_CALENDAR, WORD),
            NativeQuery(ProviderId.JIRA, JQL), NativeQuery(ProviderId.CONFLUENCE, CQL),
-           NativeQuery(ProviderId.GITLAB, WORD),
-           NativeQuery(ProviderId.SLACK, WORD))
+           NativeQuery(ProviderId.GITLAB, WORD), NativeQuery(ProviderId.SLACK, WORD),
+           # With a time range every listed message's details are read with its page (a
+           # failed read keeps the page in the token), not only those about to be emitted.
+           NativeQuery(ProviderId.GMAIL, f"{WORD} text", time_range=WINDOW))
 
 
 async def _reconnect(world: World, accounts: Mapping[str, Sequence[str]],
@@ -104,7 +114,7 @@ async def _run_cursor_once(world: World, accounts: Mapping[str, Sequence[str]], 
     corpus = seeded_legs(world.fakes, rng)
     await _reconnect(world, accounts, list(accounts))
     provider = list(ONE_LIST)[seed % len(ONE_LIST)]
-    (query,) = [q for q in QUERIES if q.provider is provider]
+    query = QUERIES[[q.provider for q in QUERIES].index(provider)]
     top_k = rng.randrange(3, 12)
     emitted: list[str] = []
     cursor = ""
