@@ -17,8 +17,9 @@ REPO = "acme/app"
 
 
 @dataclass
-class Corpus:
-    """What each fake holds, tracked by URL: the test's view of the providers."""
+class Tracked:
+    """What the randomized paging tests track of the fakes: the items present when paging
+    began, deleted since and ever held (by the test's key), and the tokens revoked."""
 
     fakes: FakeProviders
     rng: random.Random
@@ -27,14 +28,38 @@ class Corpus:
     ever: set[str] = field(default_factory=set)
     serial: int = 0
     slow: float = 0.0  # > 0: a fault may also answer this many seconds late
-    revocations: bool = False  # a change may revoke an account's token (the test reconnects)
     # Providers whose token the user revoked, with the pages left before they reconnect
-    # (the test's loop reconnects them: Corpus.due).
+    # (the test's loop reconnects them: `due`).
     revoked: dict[str, int] = field(default_factory=dict)
 
     def _next(self) -> int:
         self.serial += 1
         return self.serial
+
+    def _revoke(self, names: Sequence[str]) -> None:
+        """The user revokes one provider's token; it is reconnected after 0-2 more pages."""
+        name = self.rng.choice(names)
+        if name not in self.revoked:
+            self.fakes.of(ProviderId(name)).revoke_token()
+            self.revoked[name] = self.rng.randrange(3)
+
+    def due(self, *, all_: bool = False) -> list[str]:
+        """The revoked providers to reconnect now (every one with `all_`); the others wait
+        one more page."""
+        ready = [n for n, pages in self.revoked.items() if all_ or pages == 0]
+        for name in list(self.revoked):
+            if name in ready:
+                del self.revoked[name]
+            else:
+                self.revoked[name] -= 1
+        return ready
+
+
+@dataclass
+class Corpus(Tracked):
+    """What each fake holds, tracked by URL: the test's view of the providers."""
+
+    revocations: bool = False  # a change may revoke an account's token (the test reconnects)
 
     # ---- seeding --------------------------------------------------------------------------
     def add_message(self) -> None:
@@ -150,21 +175,7 @@ class Corpus:
 
     def revoke(self) -> None:
         """The user revokes one account's token; it is reconnected after 0-2 more pages."""
-        name = self.rng.choice(["slack", "github", "google_drive"])
-        if name not in self.revoked:
-            self.fakes.of(ProviderId(name)).revoke_token()
-            self.revoked[name] = self.rng.randrange(3)
-
-    def due(self, *, all_: bool = False) -> list[str]:
-        """The revoked providers to reconnect now (every one with `all_`); the others wait
-        one more page."""
-        ready = [n for n, pages in self.revoked.items() if all_ or pages == 0]
-        for name in list(self.revoked):
-            if name in ready:
-                del self.revoked[name]
-            else:
-                self.revoked[name] -= 1
-        return ready
+        self._revoke(["slack", "github", "google_drive"])
 
     def change(self) -> None:
         """A random handful of changes and faults."""

@@ -11,14 +11,14 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from service.fakes.suite import FakeProviders
 from service.timerange import TimeRange
-from service.workspace.model import ProviderId
+from tests.integration.paging_corpus import Tracked
 
 WORD = "alpha"
 CALENDARS = ("primary", "team")
@@ -56,21 +56,8 @@ def _jira_time(moment: datetime) -> str:
 
 
 @dataclass
-class LegsCorpus:
+class LegsCorpus(Tracked):
     """What each fake holds, by key: the test's view of the providers."""
-
-    fakes: FakeProviders
-    rng: random.Random
-    initial: set[str] = field(default_factory=set)
-    deleted: set[str] = field(default_factory=set)
-    ever: set[str] = field(default_factory=set)
-    serial: int = 0
-    slow: float = 0.0  # > 0: a fault may also answer this many seconds late
-    revoked: dict[str, int] = field(default_factory=dict)  # provider -> pages before reconnect
-
-    def _next(self) -> int:
-        self.serial += 1
-        return self.serial
 
     def _when(self) -> datetime:
         return BASE + timedelta(minutes=self.rng.randrange(60 * 24 * 60))
@@ -262,20 +249,7 @@ class LegsCorpus:
 
     def revoke(self) -> None:
         """The user revokes one provider's token; its accounts are reconnected 0-2 pages later."""
-        name = self.rng.choice(PROVIDERS)
-        if name not in self.revoked:
-            self.fakes.of(ProviderId(name)).revoke_token()
-            self.revoked[name] = self.rng.randrange(3)
-
-    def due(self, *, all_: bool = False) -> list[str]:
-        """The revoked providers to reconnect now (every one with `all_`)."""
-        ready = [n for n, pages in self.revoked.items() if all_ or pages == 0]
-        for name in list(self.revoked):
-            if name in ready:
-                del self.revoked[name]
-            else:
-                self.revoked[name] -= 1
-        return ready
+        self._revoke(PROVIDERS)
 
     def change(self) -> None:
         """A random handful of changes and faults."""

@@ -25,72 +25,33 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import pytest
-from msgspec import structs
 
 from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
-from service.workspace.model import Credentials, ProviderId, QueryState
+from service.workspace.model import ProviderId
 from service.workspace.plan import NativeQuery
 from service.workspace.results import canonical_url
 from tests.integration.paging_corpus import WORD, seeded
-from tests.integration.workspace_support import TENANT, World, build_world
+from tests.integration.paging_runs import page_by_cursor, page_to_end, reconnect
+from tests.integration.workspace_support import World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
 RUNS = int(os.environ.get("SEARCH_TEST_PAGING_RUNS", "200"))
-MAX_CALLS = 120  # a run that needs more calls than this never ends: a failure
+QUERIES = (NativeQuery(ProviderId.SLACK, WORD), NativeQuery(ProviderId.GITHUB, WORD),
+           NativeQuery(ProviderId.GOOGLE_DRIVE, WORD),
+           NativeQuery(ProviderId.SLACK, f"{WORD} message"))
 
 
-async def _reconnect(world: World, accounts: Mapping[str, str], names: list[str]) -> None:
-    """Store each named provider's current token for its account (UpdateAccountCredentials)."""
-    for name in names:
-        token = world.fakes.of(ProviderId(name)).token
-        await world.accounts.replace_credentials(TENANT, accounts[name], Credentials(token))
-
-
-async def _run_once(world: World, accounts: Mapping[str, str], seed: int) -> None:
+async def _run_once(world: World, accounts: Mapping[str, Sequence[str]], seed: int) -> None:
     rng = random.Random(seed)
     corpus = seeded(world.fakes, rng, revocations=True)
-    await _reconnect(world, accounts, list(accounts))  # the fakes' tokens after their reset
-    queries = [NativeQuery(ProviderId.SLACK, WORD), NativeQuery(ProviderId.GITHUB, WORD),
-               NativeQuery(ProviderId.GOOGLE_DRIVE, WORD),
-               NativeQuery(ProviderId.SLACK, f"{WORD} message")]
+    await reconnect(world, accounts, list(accounts))  # the fakes' tokens after their reset
     top_k = rng.randrange(3, 12)
-    emitted: list[str] = []
-    token = ""
-    calls = 0
-    for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
-        outcome = await world.search(queries, top_k=top_k, page_token=token)
-        (page,) = outcome.pages
-        emitted.extend(canonical_url(r.url) for r in page.results)
-        token = page.next_page_token
-        if not token:
-            break
-        await _reconnect(world, accounts, corpus.due())
-        corpus.change()
-    else:
-        pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
-    # Lists still waiting for a reconnect when the pages ended go on, together, from their
-    # cursors, in a search of their own paged to its end.
-    await _reconnect(world, accounts, corpus.due(all_=True))
-    waiting = [structs.replace(queries[index], cursor=status.next_cursor)
-               for (index, _), status in outcome.latest().items()
-               if status.state is QueryState.NEEDS_RECONNECT and status.next_cursor]
-    token = ""
-    for _ in range(MAX_CALLS if waiting else 0):
-        resumed = await world.search(waiting, top_k=top_k, page_token=token)
-        (page,) = resumed.pages
-        emitted.extend(canonical_url(r.url) for r in page.results)
-        for status in resumed.latest().values():  # faults still armed may fail a read
-            assert status.state is not QueryState.NEEDS_RECONNECT, f"seed {seed}: {status}"
-        token = page.next_page_token
-        if not token:
-            break
-    assert not token, f"seed {seed}: the resumed lists did not end"
+    emitted, calls = await page_to_end(world, accounts, corpus, QUERIES, top_k, canonical_url,
+                                       f"seed {seed}")
     corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
 
 
@@ -102,33 +63,23 @@ ONE_LIST = {  # provider -> the URL prefixes of its items
 }
 
 
-async def _run_cursor_once(world: World, accounts: Mapping[str, str], seed: int) -> None:
+async def _run_cursor_once(world: World, accounts: Mapping[str, Sequence[str]],
+                           seed: int) -> None:
     """One query paged alone by its `next_cursor`, under the same changes and faults."""
     rng = random.Random(10_000 + seed)
     corpus = seeded(world.fakes, rng, revocations=True)
-    await _reconnect(world, accounts, list(accounts))
+    await reconnect(world, accounts, list(accounts))
     provider = list(ONE_LIST)[seed % len(ONE_LIST)]
     top_k = rng.randrange(3, 12)
-    emitted: list[str] = []
-    cursor = ""
-    for _ in range(MAX_CALLS):
-        outcome = await world.search([NativeQuery(provider, WORD, cursor=cursor)], top_k=top_k)
-        (page,) = outcome.pages
-        emitted.extend(canonical_url(r.url) for r in page.results)
-        (status,) = outcome.latest().values()
-        cursor = status.next_cursor
-        if not cursor:
-            break
-        await _reconnect(world, accounts, corpus.due())
-        corpus.change()
-    else:
-        pytest.fail(f"cursor seed {seed}: paging did not end within {MAX_CALLS} calls")
+    label = f"cursor seed {seed} ({provider.value}, top_k {top_k})"
+    emitted = await page_by_cursor(world, accounts, corpus, NativeQuery(provider, WORD), top_k,
+                                   canonical_url, label)
     repeated = [url for url, n in Counter(emitted).items() if n > 1]
-    assert not repeated, f"cursor seed {seed}: emitted twice: {repeated[:5]}"
+    assert not repeated, f"{label}: emitted twice: {repeated[:5]}"
     prefixes = ONE_LIST[provider]
     present = {canonical_url(u) for u in corpus.initial - corpus.deleted if u.startswith(prefixes)}
     missing = present - set(emitted)
-    assert not missing, f"cursor seed {seed} ({provider.value}, top_k {top_k}): lost {missing}"
+    assert not missing, f"{label}: lost {missing}"
 
 
 async def test_paging_by_identity_holds_under_random_changes_and_faults(
@@ -138,7 +89,7 @@ async def test_paging_by_identity_holds_under_random_changes_and_faults(
     await store.open()
     try:
         world = build_world(fakes, store)
-        accounts = {provider.value: await world.connect(provider)
+        accounts = {provider.value: [await world.connect(provider)]
                     for provider in (ProviderId.SLACK, ProviderId.GITHUB, ProviderId.GOOGLE_DRIVE)}
         for seed in range(RUNS):
             await _run_once(world, accounts, seed)

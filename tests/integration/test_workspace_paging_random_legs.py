@@ -27,12 +27,9 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import pytest
-from msgspec import structs
-
 from service.fakes.suite import FakeProviders
 from service.store.sqlite import SqliteStore
-from service.workspace.model import Credentials, ProviderId, QueryState
+from service.workspace.model import ProviderId
 from service.workspace.plan import NativeQuery
 from tests.integration.paging_corpus_legs import (
     CQL,
@@ -42,12 +39,12 @@ from tests.integration.paging_corpus_legs import (
     result_key,
     seeded_legs,
 )
-from tests.integration.workspace_support import TENANT, World, build_world
+from tests.integration.paging_runs import page_by_cursor, page_to_end, reconnect
+from tests.integration.workspace_support import World, build_world
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
 RUNS = int(os.environ.get("SEARCH_TEST_PAGING_LEGS_RUNS", "100"))
-MAX_CALLS = 150  # a run that needs more calls than this never ends: a failure
 QUERIES = (NativeQuery(ProviderId.GMAIL, WORD), NativeQuery(ProviderId.GOOGLE_CALENDAR, WORD),
            NativeQuery(ProviderId.JIRA, JQL), NativeQuery(ProviderId.CONFLUENCE, CQL),
            NativeQuery(ProviderId.GITLAB, WORD), NativeQuery(ProviderId.SLACK, WORD),
@@ -56,48 +53,13 @@ QUERIES = (NativeQuery(ProviderId.GMAIL, WORD), NativeQuery(ProviderId.GOOGLE_CA
            NativeQuery(ProviderId.GMAIL, f"{WORD} text", time_range=WINDOW))
 
 
-async def _reconnect(world: World, accounts: Mapping[str, Sequence[str]],
-                     names: Sequence[str]) -> None:
-    """Store each named provider's current token for its accounts."""
-    for name in names:
-        token = world.fakes.of(ProviderId(name)).token
-        for account in accounts[name]:
-            await world.accounts.replace_credentials(TENANT, account, Credentials(token))
-
-
 async def _run_once(world: World, accounts: Mapping[str, Sequence[str]], seed: int) -> None:
     rng = random.Random(20_000 + seed)
     corpus = seeded_legs(world.fakes, rng)
-    await _reconnect(world, accounts, list(accounts))  # the fakes' tokens after their reset
+    await reconnect(world, accounts, list(accounts))  # the fakes' tokens after their reset
     top_k = rng.randrange(3, 12)
-    emitted: list[str] = []
-    token = ""
-    calls = 0
-    for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
-        outcome = await world.search(QUERIES, top_k=top_k, page_token=token)
-        (page,) = outcome.pages
-        emitted.extend(result_key(r.url) for r in page.results)
-        token = page.next_page_token
-        if not token:
-            break
-        await _reconnect(world, accounts, corpus.due())
-        corpus.change()
-    else:
-        pytest.fail(f"seed {seed}: paging did not end within {MAX_CALLS} calls")
-    await _reconnect(world, accounts, corpus.due(all_=True))
-    waiting = {index: status.next_cursor
-               for (index, _), status in outcome.latest().items()
-               if status.state is QueryState.NEEDS_RECONNECT and status.next_cursor}
-    token = ""
-    resumed_queries = [structs.replace(QUERIES[i], cursor=c) for i, c in waiting.items()]
-    for _ in range(MAX_CALLS if waiting else 0):
-        resumed = await world.search(resumed_queries, top_k=top_k, page_token=token)
-        (page,) = resumed.pages
-        emitted.extend(result_key(r.url) for r in page.results)
-        token = page.next_page_token
-        if not token:
-            break
-    assert not token, f"seed {seed}: the resumed lists did not end"
+    emitted, calls = await page_to_end(world, accounts, corpus, QUERIES, top_k, result_key,
+                                       f"seed {seed}")
     corpus.check_paged(emitted, f"seed {seed} ({calls} calls, top_k {top_k})")
 
 
@@ -108,31 +70,19 @@ ONE_LIST = {  # provider -> the key prefix of its results
 }
 
 
-async def _run_cursor_once(world: World, accounts: Mapping[str, Sequence[str]], seed: int) -> None:
+async def _run_cursor_once(world: World, accounts: Mapping[str, Sequence[str]],
+                           seed: int) -> None:
     """One query paged alone by its `next_cursor`, under the same changes and faults."""
     rng = random.Random(30_000 + seed)
     corpus = seeded_legs(world.fakes, rng)
-    await _reconnect(world, accounts, list(accounts))
+    await reconnect(world, accounts, list(accounts))
     provider = list(ONE_LIST)[seed % len(ONE_LIST)]
     query = QUERIES[[q.provider for q in QUERIES].index(provider)]
     top_k = rng.randrange(3, 12)
-    emitted: list[str] = []
-    cursor = ""
-    for _ in range(MAX_CALLS):
-        outcome = await world.search([structs.replace(query, cursor=cursor)], top_k=top_k)
-        (page,) = outcome.pages
-        emitted.extend(result_key(r.url) for r in page.results)
-        (status,) = outcome.latest().values()
-        cursor = status.next_cursor
-        if not cursor:
-            break
-        await _reconnect(world, accounts, corpus.due())
-        corpus.change()
-    else:
-        pytest.fail(f"cursor seed {seed}: paging did not end within {MAX_CALLS} calls")
+    label = f"cursor seed {seed} ({provider.value}, top_k {top_k})"
+    emitted = await page_by_cursor(world, accounts, corpus, query, top_k, result_key, label)
     prefix = ONE_LIST[provider]
-    corpus.check_paged([k for k in emitted if k.startswith(prefix)],
-                       f"cursor seed {seed} ({provider.value}, top_k {top_k})", prefix)
+    corpus.check_paged([k for k in emitted if k.startswith(prefix)], label, prefix)
 
 
 async def test_paging_by_identity_holds_over_legs_batches_and_shared_accounts(
