@@ -169,11 +169,10 @@ class LegsCorpus(Tracked):
 
     def delete_after_listing(self) -> None:
         """A Gmail message deleted between the list that holds it and its details' read: the
-        oldest, last in the list, so the deletion, which lands while a call reads the list,
-        moves no other message onto a page that call already read (docs/semantics.md: the
-        limits of the guarantee)."""
+        deletion lands while a call reads the list, and the messages after it move up one
+        place, the first of the next page onto the page just read."""
         if self.fakes.gmail.messages:
-            message = min(self.fakes.gmail.messages, key=lambda m: int(m["internalDate"]))
+            message = self.rng.choice(self.fakes.gmail.messages)
             self.fakes.gmail.delete_after_next_list(message["id"])
             self.deleted.add(f"gmail:{message['id']}")
 
