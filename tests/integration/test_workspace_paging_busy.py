@@ -88,8 +88,8 @@ MIXES = {
     "slack-github-drive": Mix(
         QUERIES, lambda fakes, rng: seeded(fakes, rng, slow=LATE, revocations=True),
         canonical_url,
-        [(Provider.SLACK, "slack"), (Provider.GITHUB, "github"),
-         (Provider.GOOGLE_DRIVE, "drive")],
+        [(Provider.SLACK, "slack"), (Provider.GITHUB, "github"), (Provider.GITHUB, "github two"),
+         (Provider.GOOGLE_DRIVE, "drive"), (Provider.GOOGLE_DRIVE, "drive two")],
     ),
     "legs": Mix(
         LEGS_QUERIES, lambda fakes, rng: seeded_legs(fakes, rng, slow=LATE), result_key,
@@ -125,9 +125,9 @@ def busy_machine() -> Iterator[None]:
 
 async def _page(client: AsyncSearchClient, queries: list[NativeQuery], token: str, top_k: int,
                 deadline: float | None, seen: Counter[str],
-                latest: dict[int, QueryStatus]) -> FusedPage:
+                latest: dict[tuple[int, str], QueryStatus]) -> FusedPage:
     """One call with the caller's own deadline (seconds); statuses are counted into `seen`,
-    and the last one of each query kept in `latest`."""
+    and the last one of each query on each account kept in `latest`."""
     page = None
     async for item in client.search_workspace(queries, top_k=top_k, page_token=token,
                                               timeout=deadline):
@@ -136,7 +136,7 @@ async def _page(client: AsyncSearchClient, queries: list[NativeQuery], token: st
         else:
             seen[item.state.name] += 1
             seen["partial"] += item.partial
-            latest[item.query_index] = item
+            latest[item.query_index, item.account_id] = item
     assert page is not None, "a call ended without its page"
     return page
 
@@ -156,7 +156,7 @@ async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, mix: Mix,
     top_k = rng.randrange(3, 12)
     emitted: list[str] = []
     queries, token = mix.queries, ""
-    latest: dict[int, QueryStatus] = {}
+    latest: dict[tuple[int, str], QueryStatus] = {}
     for calls in range(1, MAX_CALLS + 1):  # noqa: B007 - reported when an assertion fails
         try:
             page = await _page(client, queries, token, top_k, rng.choice(CALL_TIMEOUTS), seen,
@@ -174,7 +174,7 @@ async def _run_once(client: AsyncSearchClient, fakes: FakeProviders, mix: Mix,
         # Lists that still wait for a reconnect go on from their cursors, in a search of
         # their own (once).
         await _reconnect(client, fakes, accounts, corpus.due(all_=True))
-        waiting = [replace(queries[i], cursor=s.next_cursor) for i, s in latest.items()
+        waiting = [replace(queries[i], cursor=s.next_cursor) for (i, _), s in latest.items()
                    if s.state is QueryState.NEEDS_RECONNECT and s.next_cursor]
         if not waiting or queries is not mix.queries:
             break

@@ -8,15 +8,18 @@ the last page carries no token only when every query is exhausted or waits for i
 account's reconnect (those go on from their `next_cursor`s, and what they then emit counts
 toward the same guarantee).
 
-Then a quarter as many runs page one query alone by its per-query `next_cursor`, under the
-same changes and faults, and check the same guarantee for that query's list.
+Then a quarter as many runs page one query on one account alone by its per-query
+`next_cursor`, under the same changes and faults, and check the same guarantee for that
+query's list.
 
 Each seeded run builds a Slack, GitHub (kindless: an issues and a code leg) and Drive corpus,
-pages through a four-query search with a random `top_k`, and between pages inserts, deletes,
-edits and re-scores items at random, makes single provider requests fail (429, 500, a
-reset connection, a kept-alive connection closed as the request arrives), expires the page
-tokens Slack or Drive issued so far, and revokes an account's token, reconnecting it 0-2
-pages later (lists still waiting for it when the pages end go on by their `next_cursor`).
+GitHub and Drive searched through two accounts each that see the same items (one fused
+result per item), pages through a four-query search with a random `top_k`, and between
+pages inserts, deletes, edits and re-scores items at random, makes single provider requests
+fail (429, 500, a reset connection, a kept-alive connection closed as the request arrives),
+expires the page tokens Slack or Drive issued so far, and revokes an account's token,
+reconnecting it 0-2 pages later (lists still waiting for it when the pages end go on by
+their `next_cursor`).
 Runs: SEARCH_TEST_PAGING_RUNS (default 200).
 """
 
@@ -72,8 +75,8 @@ async def _run_cursor_once(world: World, accounts: Mapping[str, Sequence[str]],
     provider = list(ONE_LIST)[seed % len(ONE_LIST)]
     top_k = rng.randrange(3, 12)
     label = f"cursor seed {seed} ({provider.value}, top_k {top_k})"
-    emitted = await page_by_cursor(world, accounts, corpus, NativeQuery(provider, WORD), top_k,
-                                   canonical_url, label)
+    query = NativeQuery(provider, WORD, account_id=accounts[provider.value][0])
+    emitted = await page_by_cursor(world, accounts, corpus, query, top_k, canonical_url, label)
     repeated = [url for url, n in Counter(emitted).items() if n > 1]
     assert not repeated, f"{label}: emitted twice: {repeated[:5]}"
     prefixes = ONE_LIST[provider]
@@ -91,6 +94,8 @@ async def test_paging_by_identity_holds_under_random_changes_and_faults(
         world = build_world(fakes, store)
         accounts = {provider.value: [await world.connect(provider)]
                     for provider in (ProviderId.SLACK, ProviderId.GITHUB, ProviderId.GOOGLE_DRIVE)}
+        accounts["google_drive"].append(await world.connect(ProviderId.GOOGLE_DRIVE, "second"))
+        accounts["github"].append(await world.connect(ProviderId.GITHUB, "second"))
         for seed in range(RUNS):
             await _run_once(world, accounts, seed)
         for seed in range(CURSOR_RUNS):
