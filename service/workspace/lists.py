@@ -104,6 +104,7 @@ class ListRun:
         self.fetched = start.offset  # results known so far (rank of the last one)
         self.stopped = False  # an error ended fetching for this call
         self.cut = False  # the budget or deadline stopped reading
+        self.found = False  # this sweep read a result that was not emitted before it
         self.ended = start.exhausted  # the list will never yield more
         self.wait_until = 0
         self.http: HttpClient | None = None
@@ -218,12 +219,12 @@ class ListRun:
 
     @property
     def unconfirmed(self) -> bool:
-        """Read to its end in this call from its first page, across several provider pages:
-        an item deleted between those pages can have moved a result onto a page already
-        read, so the end is confirmed by a sweep (`confirm_end`) once nothing else is left
-        (see `ReadPass.snapshot`)."""
-        return (self.exhausted and not self.ended and self.sweep is Pass.FIRST
-                and self.pass_start.at_first_page and len(self.pages) > 1)
+        """Read to its end in this call from its first page across provider pages, in its
+        first pass or in a sweep that found results: a deletion between pages can have moved
+        a result onto one already read, so a sweep confirms the end (`ReadPass.snapshot`)."""
+        return (self.exhausted and not self.ended and self.pass_start.at_first_page
+                and len(self.pages) > 1
+                and (self.sweep is Pass.FIRST or (self.sweep is Pass.SWEEP and self.found)))
 
     def confirm_end(self) -> None:
         """Read the list again from its first page (see `unconfirmed`)."""
@@ -234,6 +235,7 @@ class ListRun:
         self.sweep = Pass.SWEEP
         self.pass_start = ListState(limit=self.start.limit, emitted=self.contributed,
                                     sweep=Pass.SWEEP)
+        self.found = False
         self.pages = []
         self.next_cursor = None
         self.fetched = 0
@@ -244,7 +246,8 @@ class ListRun:
         done: Collection[str] = emitted
         if self._own_done:
             done = set(emitted) | self._own_done
-        read = ReadPass(self.pass_start, tuple(self.pages), self.sweep, self.cut, self.ended)
+        read = ReadPass(self.pass_start, tuple(self.pages), self.sweep, self.cut, self.ended,
+                        self.found)
         state = resume_state(read, done, self.contributed)
         if self.wait_until and not state.exhausted:
             state = structs.replace(state, wait_until=self.wait_until)
@@ -399,9 +402,10 @@ class Fusion:
         self._docs: dict[str, dict[int, NativeDocument]] = {}
         self._short: dict[str, str] = {}
 
-    def add(self, list_index: int, votes: Sequence[Vote]) -> None:
-        """Add one list's new votes."""
+    def add(self, list_index: int, votes: Sequence[Vote]) -> bool:
+        """Add one list's new votes; True when one of them is for a result not emitted."""
         k = self.k
+        found = False
         for vote in votes:
             contribution = rrf.Contribution(list_index, vote.rank, rrf.term(vote.rank, k))
             known = self._votes.get(vote.key)
@@ -411,9 +415,12 @@ class Fusion:
                 self._short[vote.key] = vote.short
                 if vote.short not in self.emitted:
                     self._pending[vote.key] = known
+                    found = True
             else:
                 known.append(contribution)
                 self._docs[vote.key][list_index] = vote.doc
+                found = found or vote.key in self._pending
+        return found
 
     def candidates(self) -> Mapping[str, list[rrf.Contribution]]:
         """Fused results seen but not yet emitted, with their votes (kept current, not a
@@ -430,8 +437,7 @@ class Fusion:
         self._docs[key][list_index] = doc
 
     def settle(self, key: str) -> None:
-        """A result that is gone (deleted since it was listed): never emitted, and counted as
-        done, so no list reads it as a candidate again."""
+        """A result that is gone (deleted since it was listed): never emitted, but done."""
         self.emitted[self._short[key]] = None
         del self._pending[key]
 

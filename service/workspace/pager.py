@@ -38,7 +38,7 @@ from service.workspace.events import (
 )
 from service.workspace.fanout import Call, details
 from service.workspace.guidance import ProviderCard, cards_for
-from service.workspace.lists import Fusion, ListRun
+from service.workspace.lists import Fusion, ListRun, Vote
 from service.workspace.model import NativeDocument, ProviderError, ProviderId, QueryState
 from service.workspace.paging import (
     ListState,
@@ -92,7 +92,7 @@ class Pager:
         """Up to `max_pages` fused pages, each after the statuses that changed before it."""
         async with aclosing(self._call.fetch([r for r in self._runs if r.fetchable])) as settled:
             async for run, votes in settled:
-                self._fusion.add(run.slot.index, votes)
+                self._add(run, votes)
         for _ in range(self._plan.max_pages):
             page, best_effort = await self._fill_page()
             for run in self._runs:
@@ -209,7 +209,13 @@ class Pager:
     async def _fetch(self, batch: Sequence[ListRun]) -> None:
         async with aclosing(self._call.fetch(batch)) as settled:
             async for run, votes in settled:
-                self._fusion.add(run.slot.index, votes)
+                self._add(run, votes)
+
+    def _add(self, run: ListRun, votes: Sequence[Vote]) -> None:
+        """A list's new votes into the fusion; a sweep that read a result not emitted
+        before it is marked (it does not end the list: see `resume_state`)."""
+        if self._fusion.add(run.slot.index, votes) and run.sweeping:
+            run.found = True
 
     def _take(self, key: str) -> FusedResult:
         votes, doc, best_list = self._fusion.take(key)

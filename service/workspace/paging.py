@@ -221,6 +221,7 @@ class ReadPass(msgspec.Struct, frozen=True):
     sweep: Pass  # the pass being read
     cut: bool = False  # budget or deadline stopped the pass before its end
     ended: bool = False  # a fetch failed for good: the list ends
+    found: bool = False  # a sweep read a result that was not emitted before it
 
     @property
     def snapshot(self) -> bool:
@@ -411,7 +412,9 @@ def resume_state(read: ReadPass, emitted: Collection[str], contributed: int) -> 
     reached_end = pages[-1].next_cursor is None
     first_open = _first_open(pages, emitted)
     if read.sweep is Pass.SWEEP:
-        if reached_end and first_open is None:
+        # A sweep that found results read the list while it was changing: the list ends
+        # only when a sweep finds nothing new (or is one provider answer).
+        if reached_end and first_open is None and (read.snapshot or not read.found):
             return structs.replace(base, exhausted=True)
         if read.cut and first_open is None:  # too long to sweep in one call: go on from here
             last = pages[-1]

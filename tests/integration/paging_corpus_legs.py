@@ -169,13 +169,10 @@ class LegsCorpus(Tracked):
 
     def delete_after_listing(self) -> None:
         """A Gmail message deleted between the list that holds it and its details' read: the
-        oldest, last in the list. A deletion that lands while a call reads a list moves the
-        results after it up one place; the first pass recovers from that by a sweep, but a
-        sweep can itself be hit (docs/semantics.md, the limits of the guarantee), so the
-        randomized runs delete no earlier message within a call
-        (test_workspace_pass_snapshot.py covers the first pass)."""
+        deletion lands while a call reads the list, and the messages after it move up one
+        place, the first of the next page onto the page just read."""
         if self.fakes.gmail.messages:
-            message = min(self.fakes.gmail.messages, key=lambda m: int(m["internalDate"]))
+            message = self.rng.choice(self.fakes.gmail.messages)
             self.fakes.gmail.delete_after_next_list(message["id"])
             self.deleted.add(f"gmail:{message['id']}")
 
