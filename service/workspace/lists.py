@@ -214,24 +214,23 @@ class ListRun:
         self.exhausted = next_cursor is None
         self._settle_ok(page)
         if self.exhausted and self.sweep is Pass.FIRST and not self.pass_start.at_first_page:
-            self._begin_sweep()
+            self.begin_sweep()
         return votes
 
     @property
     def unconfirmed(self) -> bool:
-        """Read to its end in this call from its first page across provider pages, in its
-        first pass or in a sweep that found results: a deletion between pages can have moved
-        a result onto one already read, so a sweep confirms the end (`ReadPass.snapshot`)."""
-        return (self.exhausted and not self.ended and self.pass_start.at_first_page
-                and len(self.pages) > 1
-                and (self.sweep is Pass.FIRST or (self.sweep is Pass.SWEEP and self.found)))
+        """Read to its end in this call by a pass whose end is not final (`ReadPass.final`):
+        a deletion between its pages can have moved a result onto one already read, so a
+        sweep (`begin_sweep`) confirms the end once nothing else is left."""
+        return self.exhausted and not self.ended and not self._read_pass().final
 
-    def confirm_end(self) -> None:
-        """Read the list again from its first page (see `unconfirmed`)."""
-        self._begin_sweep()
+    def _read_pass(self) -> ReadPass:
+        return ReadPass(self.pass_start, tuple(self.pages), self.sweep, self.cut, self.ended,
+                        self.found)
 
-    def _begin_sweep(self) -> None:
-        """The end was reached from a later page: read again from the first page."""
+    def begin_sweep(self) -> None:
+        """Read the list again from its first page (its end was reached from a later page,
+        or is `unconfirmed`)."""
         self.sweep = Pass.SWEEP
         self.pass_start = ListState(limit=self.start.limit, emitted=self.contributed,
                                     sweep=Pass.SWEEP)
@@ -246,9 +245,7 @@ class ListRun:
         done: Collection[str] = emitted
         if self._own_done:
             done = set(emitted) | self._own_done
-        read = ReadPass(self.pass_start, tuple(self.pages), self.sweep, self.cut, self.ended,
-                        self.found)
-        state = resume_state(read, done, self.contributed)
+        state = resume_state(self._read_pass(), done, self.contributed)
         if self.wait_until and not state.exhausted:
             state = structs.replace(state, wait_until=self.wait_until)
         if self.streak is not None and not self.read_ok and not state.exhausted:

@@ -139,7 +139,7 @@ class Pager:
                         run.cut = True
                     break
                 for run in unconfirmed:
-                    run.confirm_end()
+                    run.begin_sweep()
                 await self._fetch([*sweepers, *unconfirmed])
                 rounds += 1
                 continue

@@ -231,6 +231,13 @@ class ReadPass(msgspec.Struct, frozen=True):
         read."""
         return self.start.at_first_page and len(self.pages) == 1
 
+    @property
+    def final(self) -> bool:
+        """An end this pass reaches ends the list: it is one provider answer, a sweep that
+        found nothing new, or a long sweep (whose end is taken as it is)."""
+        return (self.snapshot or self.sweep is Pass.LONG_SWEEP
+                or (self.sweep is Pass.SWEEP and not self.found))
+
 
 def page_binding(tenant: str, request_fingerprint: str) -> str:
     """What a page token is bound to: the tenant and the request's fingerprint."""
@@ -412,9 +419,7 @@ def resume_state(read: ReadPass, emitted: Collection[str], contributed: int) -> 
     reached_end = pages[-1].next_cursor is None
     first_open = _first_open(pages, emitted)
     if read.sweep is Pass.SWEEP:
-        # A sweep that found results read the list while it was changing: the list ends
-        # only when a sweep finds nothing new (or is one provider answer).
-        if reached_end and first_open is None and (read.snapshot or not read.found):
+        if reached_end and first_open is None and read.final:
             return structs.replace(base, exhausted=True)
         if read.cut and first_open is None:  # too long to sweep in one call: go on from here
             last = pages[-1]
@@ -428,6 +433,6 @@ def resume_state(read: ReadPass, emitted: Collection[str], contributed: int) -> 
     end = last.offset + len(last.ids)
     if not reached_end:
         return ListState(last.next_cursor, end, start.limit, False, contributed, read.sweep)
-    if read.sweep is Pass.LONG_SWEEP or read.snapshot:
+    if read.final:
         return ListState(None, end, start.limit, True, contributed, read.sweep)
     return ListState(None, 0, start.limit, False, contributed, Pass.SWEEP)

@@ -286,28 +286,25 @@ class TokenRefresher:
         request = build_refresh(client, refresh_token)
         title = client.family.value
         try:
-            try:
-                status, headers, body = await self._post(request)
-            except _Unanswered:
-                # A kept-alive connection the endpoint closed as the request went out: sent
-                # once more, on a new connection. Resending cannot cost a grant: the tokens of
-                # a grant that was never answered are lost either way.
-                status, headers, body = await self._post(request)
+            status, headers, body = await self._post(request)
         except httpx.TimeoutException:
             raise _transient(f"the {title} token endpoint timed out") from None
-        except (httpx.HTTPError, _Unanswered) as exc:
-            cause = exc.__cause__ if isinstance(exc, _Unanswered) else exc
+        except httpx.HTTPError as exc:
             raise _transient(
-                f"could not reach the {title} token endpoint ({type(cause).__name__})"
+                f"could not reach the {title} token endpoint ({type(exc).__name__})"
             ) from None
         return parse_refresh(
-            client.family, status, headers, bytes(body), refresh_token=refresh_token,
+            client.family, status, headers, body, refresh_token=refresh_token,
             now=datetime.now(UTC), secrets=(client.client_secret,),
         )
 
-    async def _post(self, request: TokenRequest) -> tuple[int, httpx.Headers, bytes]:
-        """One POST to the token endpoint: status, headers and body (bounded). Raises
-        _Unanswered when the connection ended before the answer began."""
+    async def _post(
+        self, request: TokenRequest, *, resend: bool = True
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """The token endpoint's status, headers and body (bounded) for `request`. A kept-alive
+        connection the endpoint closed as the request went out ends before the answer
+        begins: the request is then sent once more, on a new connection (resending cannot
+        cost a grant: the tokens of a grant that was never answered are lost either way)."""
         answered = False
         try:
             async with self._client().stream(
@@ -320,10 +317,10 @@ class TokenRefresher:
                     if len(body) > MAX_TOKEN_RESPONSE:
                         break
                 return response.status_code, response.headers, bytes(body)
-        except _UNANSWERED as exc:
-            if answered:
+        except _UNANSWERED:
+            if answered or not resend:
                 raise
-            raise _Unanswered from exc
+        return await self._post(request, resend=False)
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
@@ -336,10 +333,6 @@ class TokenRefresher:
 
 # What a connection that ended before the token endpoint answered raises.
 _UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-
-
-class _Unanswered(Exception):
-    """The connection ended before the token endpoint began its answer (its cause says how)."""
 
 
 def _transient(message: str) -> ProviderError:
